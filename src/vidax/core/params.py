@@ -1,0 +1,85 @@
+"""One declaration per weight: shape, dtype pinning and logical sharding axes.
+
+A model declares its parameters once, as a nested dict of :class:`ParamSpec`
+(the *spec tree*). From it come the loading target that a key map must fill
+exactly, the dtype each tensor is cast to on the host, the abstract
+``jax.ShapeDtypeStruct`` tree used to compile without weights, and (later) the
+shardings. Parameters themselves are plain nested dicts of arrays with the same
+structure; model code is pure functions over them.
+
+Blocks that repeat are declared once with a leading ``layers`` axis (the
+stacked layout that ``jax.lax.scan`` runs over); a key map fills one slice per
+checkpoint block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """The declaration of one parameter.
+
+    Attributes:
+      shape: full shape, including a leading stacked-layer axis for repeated blocks.
+      fp32: keep this leaf in float32 whatever the requested compute dtype
+        (norm weights, condition embedders, AdaLN ``scale_shift_table``; paper
+        Table 4 fault 4).
+      axes: logical axis names, one per dimension (``"layers"``, ``"embed"``,
+        ``"heads"``, ``"mlp"``, ``None``), used by sharding rules.
+    """
+
+    shape: tuple[int, ...]
+    fp32: bool = False
+    axes: tuple[str | None, ...] | None = None
+
+    def dtype(self, compute_dtype: Any) -> np.dtype:
+        """The dtype this leaf is stored in on device for ``compute_dtype``."""
+        return np.dtype(np.float32) if self.fp32 else np.dtype(compute_dtype)
+
+
+SpecTree = dict[str, Any]
+
+
+def flatten(tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Yield ``("a/b/c", leaf)`` for every leaf of a nested dict, in insertion order."""
+    for k, v in tree.items():
+        path = f"{prefix}/{k}" if prefix else k
+        if isinstance(v, dict):
+            yield from flatten(v, path)
+        else:
+            yield path, v
+
+
+def unflatten(items: dict[str, Any]) -> dict:
+    """Inverse of :func:`flatten`: ``{"a/b": x}`` -> ``{"a": {"b": x}}``."""
+    tree: dict = {}
+    for path, v in items.items():
+        node = tree
+        *parents, last = path.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = v
+    return tree
+
+
+def map_specs(fn: Callable[[str, ParamSpec], Any], specs: SpecTree) -> dict:
+    """Apply ``fn(path, spec)`` to every leaf of a spec tree, keeping the structure."""
+    return unflatten({p: fn(p, s) for p, s in flatten(specs)})
+
+
+def abstract_params(specs: SpecTree, compute_dtype: Any) -> dict:
+    """The ``jax.ShapeDtypeStruct`` tree of a spec tree (nothing allocated)."""
+    return map_specs(lambda _, s: jax.ShapeDtypeStruct(s.shape, s.dtype(compute_dtype)), specs)
+
+
+def random_params(specs: SpecTree, seed: int = 0, scale: float = 0.02) -> dict:
+    """Host float32 random parameters for a spec tree (tests and benchmarks only)."""
+    rng = np.random.default_rng(seed)
+    return map_specs(lambda _, s: (rng.standard_normal(s.shape, dtype=np.float32) * scale), specs)
