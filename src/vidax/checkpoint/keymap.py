@@ -30,17 +30,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-_LAYOUTS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[tuple], tuple]]] = {
-    "none": (lambda w: w, lambda s: s),
-    "linear": (lambda w: w.T, lambda s: s[::-1] if len(s) == 2 else None),
-    "conv3d": (lambda w: w.transpose(2, 3, 4, 1, 0), lambda s: (s[2], s[3], s[4], s[1], s[0]) if len(s) == 5 else None),
-    "conv2d": (lambda w: w.transpose(2, 3, 1, 0), lambda s: (s[2], s[3], s[1], s[0]) if len(s) == 4 else None),
+# layout -> (checkpoint -> ours, shape checkpoint -> ours (None if the rank is wrong), ours -> checkpoint)
+_LAYOUTS: dict[str, tuple[Callable, Callable, Callable]] = {
+    "none": (lambda w: w, lambda s: s, lambda w: w),
+    "linear": (lambda w: w.T, lambda s: s[::-1] if len(s) == 2 else None, lambda w: w.T),
+    "conv3d": (
+        lambda w: w.transpose(2, 3, 4, 1, 0),
+        lambda s: (s[2], s[3], s[4], s[1], s[0]) if len(s) == 5 else None,
+        lambda w: w.transpose(4, 3, 0, 1, 2),
+    ),
+    "conv2d": (
+        lambda w: w.transpose(2, 3, 1, 0),
+        lambda s: (s[2], s[3], s[1], s[0]) if len(s) == 4 else None,
+        lambda w: w.transpose(3, 2, 0, 1),
+    ),
 }
 
 
 def to_layout(layout: str, array: np.ndarray) -> np.ndarray:
     """Apply a layout change to a checkpoint array (a view where possible, no copy)."""
     return _LAYOUTS[layout][0](array)
+
+
+def from_layout(layout: str, array: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`to_layout`: our layout back to the checkpoint's."""
+    return _LAYOUTS[layout][2](array)
 
 
 def layout_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:

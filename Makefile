@@ -1,0 +1,37 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - install, write the tiny demo checkpoint if absent, generate outputs/demo.mp4
+#   make test   - install with the test extra (CPU PyTorch + diffusers/transformers as references), run the suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_CKPT ?= checkpoints/wan2.1-t2v-demo
+
+.PHONY: demo test install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed
+	$(BIN)/python -m vidax.models.wan.demo $(DEMO_CKPT) --if-absent
+	$(BIN)/vidax generate --checkpoint $(DEMO_CKPT) \
+		--prompt "A majestic red panda climbing a bamboo tree in the snow, 4k" \
+		--height 128 --width 128 --num-frames 17 --steps 8 --dtype float32 \
+		--out outputs/demo.mp4 --metrics-json outputs/demo-metrics.json
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf outputs $(DEMO_CKPT)

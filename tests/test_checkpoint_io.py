@@ -1,0 +1,115 @@
+"""Safetensors reading (single, sharded, bf16), strict key-map loading, and clear errors for bad files."""
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file as torch_save_file
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear, rules
+from vidax.checkpoint.loader import DictReader, load_params
+from vidax.checkpoint.safetensors_io import CheckpointReader, SafetensorsFile
+from vidax.checkpoint.writer import to_state_dict
+from vidax.core.params import ParamSpec
+
+
+def _torch_tensors():
+    g = torch.Generator().manual_seed(0)
+    return {
+        "a.weight": torch.randn(5, 3, generator=g),
+        "b.bf16": torch.randn(4, 6, generator=g).to(torch.bfloat16),
+        "c.half": torch.randn(7, generator=g).to(torch.float16),
+        "d.int": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+    }
+
+
+def test_reader_matches_torch_bit_exactly_including_bf16(tmp_path):
+    tensors = _torch_tensors()
+    torch_save_file(tensors, tmp_path / "model.safetensors")
+    reader = CheckpointReader(tmp_path)
+    assert sorted(reader.keys()) == sorted(tensors)
+    for k, t in tensors.items():
+        got = reader.get(k)
+        if t.dtype == torch.bfloat16:
+            assert got.dtype == ml_dtypes.bfloat16
+            np.testing.assert_array_equal(got.view(np.uint16), t.view(torch.int16).numpy().view(np.uint16))
+        else:
+            np.testing.assert_array_equal(got, t.numpy())
+
+
+def test_sharded_index_and_missing_shard(tmp_path):
+    tensors = _torch_tensors()
+    names = sorted(tensors)
+    torch_save_file({k: tensors[k] for k in names[:2]}, tmp_path / "m-00001-of-00002.safetensors")
+    torch_save_file({k: tensors[k] for k in names[2:]}, tmp_path / "m-00002-of-00002.safetensors")
+    weight_map = {k: ("m-00001-of-00002.safetensors" if k in names[:2] else "m-00002-of-00002.safetensors") for k in names}
+    (tmp_path / "m.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    reader = CheckpointReader(tmp_path)
+    np.testing.assert_array_equal(reader.get("a.weight"), tensors["a.weight"].numpy())
+    (tmp_path / "m-00002-of-00002.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="m-00002-of-00002.safetensors.*missing"):
+        CheckpointReader(tmp_path)
+
+
+def test_corrupt_and_truncated_files_name_the_file(tmp_path):
+    torch_save_file(_torch_tensors(), tmp_path / "ok.safetensors")
+    data = (tmp_path / "ok.safetensors").read_bytes()
+    (tmp_path / "trunc.safetensors").write_bytes(data[: len(data) - 10])
+    with pytest.raises(CheckpointError, match="trunc.safetensors.*(truncated|corrupt)"):
+        SafetensorsFile(tmp_path / "trunc.safetensors")
+    bad = bytearray(data)
+    bad[8:12] = b"\xff\xfe{["
+    (tmp_path / "bad.safetensors").write_bytes(bytes(bad))
+    with pytest.raises(CheckpointError, match="bad.safetensors.*corrupt"):
+        SafetensorsFile(tmp_path / "bad.safetensors")
+    (tmp_path / "tiny.safetensors").write_bytes(b"\x01\x02")
+    with pytest.raises(CheckpointError, match="tiny.safetensors"):
+        SafetensorsFile(tmp_path / "tiny.safetensors")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="no \\*.safetensors"):
+        CheckpointReader(empty)
+
+
+def test_layouts_fill_every_slot_once_and_cast_on_host():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 4)
+    cv = torch.nn.Conv3d(2, 5, (1, 2, 3))
+    sd = {"blocks.0.fc.weight": lin.weight, "blocks.0.fc.bias": lin.bias,
+          "blocks.1.fc.weight": 2 * lin.weight, "blocks.1.fc.bias": lin.bias,
+          "conv.weight": cv.weight, "conv.bias": cv.bias, "table": torch.randn(1, 2, 4)}
+    sd = {k: v.detach().numpy() for k, v in sd.items()}
+    km = KeyMap(rules(linear("blocks.{i}.fc", "blocks/fc"), conv("conv", "conv"), Rule("table", "table")))
+    specs = {"blocks": {"fc": {"kernel": ParamSpec((2, 3, 4), axes=("layers", None, None)),
+                               "bias": ParamSpec((2, 4), axes=("layers", None))}},
+             "conv": {"kernel": ParamSpec((1, 2, 3, 2, 5)), "bias": ParamSpec((5,))},
+             "table": ParamSpec((1, 2, 4), fp32=True)}
+    p = load_params(DictReader(sd), km, specs, ml_dtypes.bfloat16, place=False)
+    np.testing.assert_array_equal(p["blocks"]["fc"]["kernel"][1], (2 * sd["blocks.0.fc.weight"]).T.astype(ml_dtypes.bfloat16))
+    assert p["table"].dtype == np.float32 and p["conv"]["kernel"].dtype == ml_dtypes.bfloat16
+    # The conv kernel as a channels-last DHWIO conv gives torch's result.
+    x = torch.randn(1, 2, 1, 4, 5)
+    ref = torch.nn.functional.conv3d(x, cv.weight, cv.bias).detach().numpy()
+    import jax
+
+    p32 = load_params(DictReader(sd), km, specs, np.float32, place=False)
+    k32 = p32["conv"]
+    out = jax.lax.conv_general_dilated(x.numpy().transpose(0, 2, 3, 4, 1), k32["kernel"], (1, 1, 1), "VALID",
+                                       dimension_numbers=("NDHWC", "DHWIO", "NDHWC")) + k32["bias"]
+    np.testing.assert_allclose(np.asarray(out).transpose(0, 4, 1, 2, 3), ref, rtol=1e-5, atol=1e-5)
+    # The writer is the exact inverse of the loader.
+    back = to_state_dict(p32, km, specs)
+    assert sorted(back) == sorted(sd)
+    for k in sd:
+        np.testing.assert_array_equal(back[k], sd[k])
+
+
+def test_block_index_past_the_model_is_unexpected():
+    km = KeyMap(linear("blocks.{i}.fc", "blocks/fc", bias=False))
+    specs = {"blocks": {"fc": {"kernel": ParamSpec((1, 2, 2), axes=("layers", None, None))}}}
+    sd = {"blocks.0.fc.weight": np.zeros((2, 2), np.float32), "blocks.3.fc.weight": np.zeros((2, 2), np.float32)}
+    with pytest.raises(CheckpointError, match="blocks.3.fc.weight \\(block 3, but the model has 1 blocks\\)"):
+        load_params(DictReader(sd), km, specs)
