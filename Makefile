@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_CKPT ?= checkpoints/wan2.1-t2v-demo
+OUT_DIR ?= outputs
 
 .PHONY: demo test install install-test clean
 
@@ -28,10 +29,10 @@ demo: $(VENV)/.installed
 	$(BIN)/vidax generate --checkpoint $(DEMO_CKPT) \
 		--prompt "A majestic red panda climbing a bamboo tree in the snow, 4k" \
 		--height 128 --width 128 --num-frames 17 --steps 8 --dtype float32 \
-		--out outputs/demo.mp4 --metrics-json outputs/demo-metrics.json
+		--out $(OUT_DIR)/demo.mp4 --metrics-json $(OUT_DIR)/demo-metrics.json
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf outputs $(DEMO_CKPT)
+	rm -rf $(OUT_DIR) $(DEMO_CKPT)

@@ -6,6 +6,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def timestep_embedding(
@@ -34,8 +35,9 @@ def timestep_embedding(
     if dim % 2:
         raise ValueError(f"timestep embedding width must be even, got {dim}")
     half = dim // 2
-    exponent = -math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / (half - downscale_freq_shift)
-    freqs = jnp.exp(exponent)
+    # Frequencies are constants: computed on the host in float64 and rounded once to float32.
+    freqs = np.exp(-math.log(max_period) * np.arange(half, dtype=np.float64) / (half - downscale_freq_shift))
+    freqs = jnp.asarray(freqs.astype(np.float32))
     args = timesteps.astype(jnp.float32)[:, None] * freqs[None, :]
     args = scale * args
     sin, cos = jnp.sin(args), jnp.cos(args)
