@@ -1,0 +1,359 @@
+"""Wan2.1 text-to-video: prompt in, uint8 frames out.
+
+Follows diffusers ``pipelines/wan/pipeline_wan.py`` (``WanPipeline``): prompts
+cleaned and tokenized to 512 tokens, UMT5 states cut at each prompt's length
+and zero-filled, seeded Gaussian latents ``(B, 16, 1 + (F-1)/4, H/8, W/8)``,
+classifier-free guidance ``uncond + g * (cond - uncond)``, the scheduler's step,
+latents de-normalised with the VAE's mean/std, VAE decode, frames mapped from
+``[-1, 1]`` to ``[0, 255]``.
+
+The sampling loop is a host Python loop around one compiled transformer step
+(both CFG halves in one batch); shapes are static, so it compiles once per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.loader import load_params
+from vidax.checkpoint.safetensors_io import CheckpointReader
+from vidax.core.attention import AttentionImpl
+from vidax.encoders.t5 import T5Config, encode_prompts, t5_keymap, t5_specs
+from vidax.encoders.tokenizer import Tokenizer, clean_prompt
+from vidax.models.wan import vae as wan_vae
+from vidax.models.wan.config import WanTransformerConfig
+from vidax.models.wan.keymap import transformer_keymap_diffusers
+from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+from vidax.schedulers import scheduler_from_config
+
+# The parts a diffusers-layout Wan checkpoint folder must have.
+PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+VAE_SCALE_TEMPORAL = 4
+VAE_SCALE_SPATIAL = 8
+MAX_SEQUENCE_LENGTH = 512
+
+
+def check_inputs(height: int, width: int, num_frames: int, spatial_multiple: int = 16) -> None:
+    """Reject sizes the model cannot run, naming the nearest valid values. Runs before any compute.
+
+    Raises:
+      ValueError: ``num_frames`` not of the form ``4k + 1``, or ``height``/``width`` not a
+        positive multiple of ``spatial_multiple`` (VAE factor 8 times patch size 2).
+    """
+    problems = []
+    if not isinstance(num_frames, int) or num_frames < 1 or (num_frames - 1) % VAE_SCALE_TEMPORAL:
+        lo = max(1, (int(num_frames) - 1) // VAE_SCALE_TEMPORAL * VAE_SCALE_TEMPORAL + 1)
+        hi = lo + VAE_SCALE_TEMPORAL
+        problems.append(f"num_frames={num_frames} must be of the form 4k+1 (the VAE compresses time 4x): use {lo} or {hi}")
+    for name, v in (("height", height), ("width", width)):
+        if not isinstance(v, int) or v < spatial_multiple or v % spatial_multiple:
+            lo = int(v) // spatial_multiple * spatial_multiple
+            choice = f"{lo} or {lo + spatial_multiple}" if lo >= spatial_multiple else f"{spatial_multiple}"
+            problems.append(f"{name}={v} must be a positive multiple of {spatial_multiple}: use {choice}")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def check_checkpoint_dir(folder: str | os.PathLike) -> Path:
+    """Check that ``folder`` is a diffusers-layout Wan checkpoint, naming any missing part.
+
+    Raises:
+      CheckpointError: the folder, its ``model_index.json`` or one of
+        transformer/vae/text_encoder/tokenizer/scheduler is missing.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: checkpoint folder not found")
+    index = folder / "model_index.json"
+    if not index.is_file():
+        raise CheckpointError(f"{folder}: no model_index.json; pass a diffusers-layout Wan checkpoint folder")
+    missing = [p for p in PARTS if not (folder / p).is_dir()]
+    if missing:
+        raise CheckpointError(f"{folder}: checkpoint is missing its {', '.join(missing)} folder(s); re-download them")
+    for part in ("transformer", "vae", "text_encoder"):
+        if not (folder / part / "config.json").is_file():
+            raise CheckpointError(f"{folder / part}: config.json is missing")
+    if not (folder / "scheduler" / "scheduler_config.json").is_file():
+        raise CheckpointError(f"{folder / 'scheduler'}: scheduler_config.json is missing")
+    return folder
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+
+
+@dataclass
+class WanOutput:
+    """Result of a pipeline call.
+
+    Attributes:
+      frames: uint8 ``(B, F, H, W, 3)`` RGB (or float32 in ``[0, 1]`` with ``output_type="float"``).
+      latents: float32 final latents ``(B, 16, T, H/8, W/8)``.
+      metrics: timings in seconds and peak memory in bytes.
+    """
+
+    frames: np.ndarray
+    latents: np.ndarray
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class WanPipeline:
+    """Wan2.1 text-to-video, loaded once from a diffusers-layout folder.
+
+    Example::
+
+        pipe = WanPipeline.from_pretrained("Wan2.1-T2V-1.3B-Diffusers", dtype="bfloat16")
+        out = pipe("a red panda in the snow", height=480, width=832, num_frames=81)
+        frames = out.frames[0]  # uint8 (81, 480, 832, 3)
+    """
+
+    def __init__(self, folder: Path, transformer_cfg, transformer_params, vae_cfg, vae_params,
+                 text_cfg, text_params, tokenizer, scheduler_config, attention: str = "xla"):
+        self.folder = folder
+        self.transformer_cfg = transformer_cfg
+        self.transformer_params = transformer_params
+        self.vae_cfg = vae_cfg
+        self.vae_params = vae_params
+        self.text_cfg = text_cfg
+        self.text_params = text_params
+        self.tokenizer = tokenizer
+        self.scheduler_config = scheduler_config
+        self.attention = AttentionImpl(attention)
+        # One jitted step per pipeline, so its compilation count is observable (tests) and per run.
+        self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided"))
+        self.load_seconds = 0.0
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | os.PathLike,
+        *,
+        dtype: Any = "bfloat16",
+        text_encoder_dtype: Any = "float32",
+        vae_dtype: Any = "float32",
+        attention: str = "xla",
+    ) -> WanPipeline:
+        """Load a diffusers-layout Wan2.1 T2V folder.
+
+        Args:
+          folder: holds ``model_index.json``, ``transformer/``, ``vae/``, ``text_encoder/``,
+            ``tokenizer/``, ``scheduler/`` (as ``WanPipeline.save_pretrained`` writes them).
+          dtype: transformer weight dtype ("bfloat16" or "float32"); norms, embedders and
+            AdaLN tables stay float32 regardless.
+          text_encoder_dtype: UMT5 dtype, float32 by default (paper Table 4 fault 2).
+          vae_dtype: VAE dtype.
+          attention: attention implementation ("xla" or "chunked").
+
+        Raises:
+          CheckpointError: a missing part, a corrupt file, or weights that do not match
+            their ``config.json`` (all mismatches listed at once).
+        """
+        t0 = time.perf_counter()
+        folder = check_checkpoint_dir(folder)
+        tcfg = WanTransformerConfig.from_dict(_read_json(folder / "transformer" / "config.json"))
+        tparams = load_params(
+            CheckpointReader(folder / "transformer"), transformer_keymap_diffusers(tcfg), transformer_specs(tcfg),
+            jnp.dtype(dtype), source=str(folder / "transformer"),
+        )
+        vcfg = wan_vae.WanVAEConfig.from_dict(_read_json(folder / "vae" / "config.json"))
+        vparams = load_params(
+            CheckpointReader(folder / "vae"), wan_vae.vae_keymap(vcfg), wan_vae.vae_specs(vcfg),
+            jnp.dtype(vae_dtype), source=str(folder / "vae"),
+        )
+        ecfg = T5Config.from_dict(_read_json(folder / "text_encoder" / "config.json"))
+        eparams = load_params(
+            CheckpointReader(folder / "text_encoder"), t5_keymap(ecfg), t5_specs(ecfg),
+            jnp.dtype(text_encoder_dtype), source=str(folder / "text_encoder"),
+        )
+        tokenizer = Tokenizer.from_folder(folder / "tokenizer")
+        sched_cfg = _read_json(folder / "scheduler" / "scheduler_config.json")
+        pipe = cls(folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention)
+        jax.block_until_ready((tparams, vparams, eparams))
+        pipe.load_seconds = time.perf_counter() - t0
+        return pipe
+
+    # -- stages ----------------------------------------------------------
+
+    def encode_prompt(self, prompts: list[str]) -> jax.Array:
+        """UMT5 states for ``prompts``: float32 ``(B, 512, 4096)``, rows past each prompt's length zero."""
+        ids, mask = self.tokenizer([clean_prompt(p) for p in prompts], max_length=MAX_SEQUENCE_LENGTH)
+        return encode_prompts(self.text_params, self.text_cfg, ids, mask, MAX_SEQUENCE_LENGTH)
+
+    def make_scheduler(self, sampler: str | None = None, flow_shift: float | None = None):
+        """The sampler for this run: the checkpoint's own (UniPC for Wan) or flow-matching Euler.
+
+        Args:
+          sampler: None (the checkpoint's ``scheduler_config.json``), "unipc" or "euler".
+          flow_shift: overrides the configured shift (3.0 for 480p, 5.0 for 720p).
+        """
+        config = dict(self.scheduler_config)
+        configured_shift = config.get("flow_shift", config.get("shift", 1.0))
+        shift = float(flow_shift if flow_shift is not None else configured_shift)
+        if sampler is None:
+            sampler = "euler" if config.get("_class_name") == "FlowMatchEulerDiscreteScheduler" else "unipc"
+        if sampler == "unipc":
+            if config.get("_class_name") != "UniPCMultistepScheduler":
+                config = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC}
+            config["flow_shift"] = shift
+        elif sampler == "euler":
+            config = {"_class_name": "FlowMatchEulerDiscreteScheduler",
+                      "num_train_timesteps": config.get("num_train_timesteps", 1000), "shift": shift}
+        else:
+            raise ValueError(f"unknown sampler {sampler!r}; choose 'unipc' or 'euler'")
+        return scheduler_from_config(config)
+
+    def __call__(
+        self,
+        prompt: str | list[str],
+        negative_prompt: str | list[str] | None = None,
+        *,
+        height: int = 480,
+        width: int = 832,
+        num_frames: int = 81,
+        num_inference_steps: int = 50,
+        guidance_scale: float = 5.0,
+        flow_shift: float | None = None,
+        sampler: str | None = None,
+        seed: int = 0,
+        latents: np.ndarray | None = None,
+        output_type: str = "uint8",
+        progress: bool = True,
+    ) -> WanOutput:
+        """Generate videos.
+
+        Args:
+          prompt: one prompt or a list (batch).
+          negative_prompt: for classifier-free guidance; default "" (as diffusers).
+          height, width: pixels, multiples of 16.
+          num_frames: 4k+1 frames.
+          num_inference_steps: sampler steps.
+          guidance_scale: CFG scale; guidance is off at 1.0 or below.
+          flow_shift: sigma shift; default the checkpoint scheduler's.
+          sampler: "unipc" (default for Wan checkpoints) or "euler".
+          seed: PRNG seed of the initial noise (drawn once for the whole latent).
+          latents: explicit initial latents float32 ``(B, 16, (F-1)/4+1, H/8, W/8)`` instead of noise.
+          output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
+          progress: show a progress bar.
+
+        Returns:
+          :class:`WanOutput` with frames ``(B, F, H, W, 3)``.
+
+        Raises:
+          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents.
+        """
+        check_inputs(height, width, num_frames)
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        guided = guidance_scale > 1.0
+        negatives = negative_prompt if negative_prompt is not None else ""
+        negatives = [negatives] * len(prompts) if isinstance(negatives, str) else list(negatives)
+        if len(negatives) != len(prompts):
+            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
+        b = len(prompts)
+        shape = (b, self.transformer_cfg.in_channels, (num_frames - 1) // VAE_SCALE_TEMPORAL + 1,
+                 height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL)
+        if latents is not None and tuple(latents.shape) != shape:
+            raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} for these sizes")
+        metrics: dict[str, Any] = {"load_s": self.load_seconds}
+
+        t0 = time.perf_counter()
+        text = self.encode_prompt(prompts + negatives if guided else prompts)
+        dtype = self.transformer_params["patch_embedding"]["kernel"].dtype
+        context = text.astype(dtype)
+        jax.block_until_ready(context)
+        metrics["text_encoder_s"] = time.perf_counter() - t0
+
+        scheduler = self.make_scheduler(sampler, flow_shift)
+        state = scheduler.set_timesteps(num_inference_steps)
+        if latents is None:
+            x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+        else:
+            x = jnp.asarray(latents, jnp.float32)
+        cos, sin = (jnp.asarray(a) for a in rope_tables(self.transformer_cfg, shape))
+        g = jnp.float32(guidance_scale)
+        step_args = dict(cfg=self.transformer_cfg, attention_impl=self.attention, guided=guided)
+
+        t0 = time.perf_counter()
+        compiled = self._step.lower(self.transformer_params, x, jnp.zeros((b,), jnp.float32), context, cos, sin, g, **step_args).compile()
+        metrics["compile_s"] = time.perf_counter() - t0
+
+        step_times = []
+        for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
+            ts = time.perf_counter()
+            t = jnp.full((b,), state.timesteps[i], jnp.float32)
+            noise_pred = compiled(self.transformer_params, x, t, context, cos, sin, g)
+            x, state = scheduler.step(state, noise_pred, x, i)
+            jax.block_until_ready(x)
+            step_times.append(time.perf_counter() - ts)
+        metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
+        metrics["sampling_s"] = float(np.sum(step_times))
+
+        t0 = time.perf_counter()
+        video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
+        video = np.asarray(video, np.float32)
+        metrics["vae_decode_s"] = time.perf_counter() - t0
+        frames = np.clip(video.transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
+        if output_type == "uint8":
+            frames = np.round(frames * 255.0).astype(np.uint8)
+        elif output_type != "float":
+            raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
+        metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+        return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
+
+    def compilations(self) -> int:
+        """How many times the transformer step has been compiled by this pipeline."""
+        return self._step._cache_size()
+
+
+# The UniPC configuration of the Wan2.1 diffusers checkpoints (scheduler/scheduler_config.json).
+WAN_UNIPC = {
+    "num_train_timesteps": 1000,
+    "prediction_type": "flow_prediction",
+    "use_flow_sigmas": True,
+    "flow_shift": 3.0,
+    "solver_order": 2,
+    "solver_type": "bh2",
+    "predict_x0": True,
+    "lower_order_final": True,
+    "final_sigmas_type": "zero",
+    "timestep_spacing": "linspace",
+    "disable_corrector": [],
+    "thresholding": False,
+}
+
+
+def _cfg_step(params, latents, timestep, context, cos, sin, guidance_scale, *, cfg, attention_impl, guided):
+    """One guided transformer evaluation: both CFG halves in one batch of 2B.
+
+    Args:
+      latents: float32 ``(B, C, T, H, W)``.
+      timestep: float32 ``(B,)``.
+      context: ``(2B, 512, text_dim)`` (prompts, then negatives) if ``guided`` else ``(B, ...)``.
+
+    Returns:
+      float32 ``(B, C, T, H, W)``: ``uncond + g * (cond - uncond)``.
+    """
+    x = latents.astype(params["patch_embedding"]["kernel"].dtype)
+    if not guided:
+        return forward(params, x, timestep, context, cos, sin, cfg=cfg, attention_impl=attention_impl)
+    both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep]), context, cos, sin,
+                   cfg=cfg, attention_impl=attention_impl)
+    cond, uncond = jnp.split(both, 2)
+    return uncond + guidance_scale * (cond - uncond)

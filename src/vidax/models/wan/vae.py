@@ -1,0 +1,692 @@
+"""The Wan video VAE (diffusers ``AutoencoderKLWan``, Wan2.1 configuration) as pure JAX functions.
+
+Reference: ``diffusers.models.autoencoders.autoencoder_kl_wan`` (``AutoencoderKLWan``,
+``WanEncoder3d``, ``WanDecoder3d``, ``WanResidualBlock``, ``WanResample``,
+``WanAttentionBlock``, ``WanMidBlock``, ``WanCausalConv3d``, ``WanRMS_norm``).
+
+Layout
+    Public functions take and return channels-first ``(B, C, T, H, W)`` arrays, as the
+    reference does. Inside the jitted chunk functions everything is channels-last
+    ``(B, T, H, W, C)`` (convolutions run as ``NDHWC``/``DHWIO``).
+
+Temporal cache
+    The reference runs its causal 3D convolutions chunk by chunk (encoder: the first
+    frame alone, then 4 frames at a time; decoder: one latent frame at a time) and
+    keeps, per convolution, the last input frames of the previous chunk in a Python
+    list indexed by a mutable counter. Here that state is an explicit pytree: a nested
+    dict mirroring the parameter tree, one fixed-shape array per temporal convolution:
+
+    * a ``kt = 3`` causal convolution: its last 2 input frames ``(B, 2, H, W, C)``
+      (zeros before the first chunk, which is what the reference's zero padding means);
+    * a ``downsample3d`` time convolution: the last input frame ``(B, 1, H, W, C)``;
+    * an ``upsample3d`` time convolution: its last 2 input frames. On the first chunk the
+      reference skips this convolution entirely (the ``"Rep"`` marker) and does *not*
+      remember the first frame: the second chunk sees zeros as history. The cache after
+      the first chunk is therefore zeros.
+
+    ``cache=None`` means "first chunk" (the reference's ``feat_cache`` full of ``None``);
+    every later chunk has the same cache shapes, so :func:`encode_chunk` /
+    :func:`decode_chunk` compile twice per input shape (first chunk, all others).
+
+Precision
+    Convolutions and matmuls take their inputs in the weights' dtype and accumulate in
+    float32; the RMS norms compute in float32. The ``jax_default_matmul_precision``
+    setting applies (tests use ``"highest"`` for fp32 parity).
+
+Extending to Wan2.2 (``is_residual=True``, ``patch_size=2``, 48 latent channels)
+    The block structure is described once by :func:`_encoder_plan` /
+    :func:`_decoder_plan`, and consumed by both the parameter declaration
+    (:func:`_declare`) and the forward functions. Wan2.2 adds block kinds
+    (``WanResidualDownBlock`` with an ``AvgDown3D`` shortcut, ``WanResidualUpBlock``
+    with a ``DupUp3D`` shortcut that uses the first-chunk flag) and (un)patchify around
+    the chunk functions; :class:`WanVAEConfig` currently rejects those settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
+from vidax.core.attention import attention
+from vidax.core.layers import linear
+from vidax.core.params import ParamSpec, SpecTree, unflatten
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+_WAN21_LATENTS_MEAN = (
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+)  # fmt: skip
+_WAN21_LATENTS_STD = (
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+)  # fmt: skip
+
+# Config keys that are read but do not change the computation done here.
+_IGNORED_CONFIG_KEYS = {"scale_factor_temporal", "scale_factor_spatial"}
+
+
+@dataclass(frozen=True)
+class WanVAEConfig:
+    """Configuration of ``AutoencoderKLWan`` (the keys of a diffusers ``vae/config.json``).
+
+    Hashable (all fields are scalars or tuples), so it is passed to the jitted chunk
+    functions as a static argument. Defaults are the reference's defaults (Wan2.1).
+
+    Attributes:
+      base_dim: encoder base channel count (96 for Wan2.1).
+      decoder_base_dim: decoder base channel count; ``None`` = ``base_dim``.
+      z_dim: latent channels (16).
+      dim_mult: channel multipliers per resolution stage.
+      num_res_blocks: residual blocks per encoder stage (the decoder uses one more).
+      attn_scales: must be empty (as in every released Wan VAE). The reference would insert
+        attention blocks into the encoder for these scales, but its own encoder then fails
+        (``WanAttentionBlock.forward`` takes no cache arguments), so they are rejected here.
+      temperal_downsample: per downsampling stage, whether time is halved too (the
+        reference's spelling). The decoder uses it reversed.
+      dropout: training only; ignored.
+      latents_mean, latents_std: per-channel latent statistics (``z_dim`` entries each).
+      is_residual, patch_size: Wan2.2 settings; only ``False`` / ``None`` are supported.
+      in_channels, out_channels: video channels (3).
+    """
+
+    base_dim: int = 96
+    decoder_base_dim: int | None = None
+    z_dim: int = 16
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    attn_scales: tuple[float, ...] = ()
+    temperal_downsample: tuple[bool, ...] = (False, True, True)
+    dropout: float = 0.0
+    latents_mean: tuple[float, ...] = _WAN21_LATENTS_MEAN
+    latents_std: tuple[float, ...] = _WAN21_LATENTS_STD
+    is_residual: bool = False
+    in_channels: int = 3
+    out_channels: int = 3
+    patch_size: int | None = None
+
+    def __post_init__(self):
+        # Normalise list-valued fields to tuples so the config stays hashable.
+        for name in ("dim_mult", "attn_scales", "temperal_downsample", "latents_mean", "latents_std"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "temperal_downsample", tuple(bool(t) for t in self.temperal_downsample))
+        object.__setattr__(self, "latents_mean", tuple(float(v) for v in self.latents_mean))
+        object.__setattr__(self, "latents_std", tuple(float(v) for v in self.latents_std))
+        object.__setattr__(self, "attn_scales", tuple(float(v) for v in self.attn_scales))
+        if self.is_residual:
+            raise ValueError(
+                "WanVAEConfig: is_residual=True (the Wan2.2 VAE with residual up/down blocks) is not supported yet; "
+                "only the Wan2.1 VAE (is_residual=False) is implemented"
+            )
+        if self.patch_size is not None:
+            raise ValueError(
+                f"WanVAEConfig: patch_size={self.patch_size} (the Wan2.2 VAE's patchify) is not supported yet; "
+                "only patch_size=None (Wan2.1) is implemented"
+            )
+        if self.attn_scales:
+            raise ValueError(
+                f"WanVAEConfig: attn_scales={list(self.attn_scales)} is not supported (only [] is; the diffusers "
+                "reference cannot run an encoder with attention blocks either)"
+            )
+        if not self.dim_mult or any(int(m) <= 0 for m in self.dim_mult):
+            raise ValueError(f"WanVAEConfig: dim_mult must be a non-empty list of positive ints, got {list(self.dim_mult)}")
+        if len(self.temperal_downsample) != len(self.dim_mult) - 1:
+            raise ValueError(
+                f"WanVAEConfig: temperal_downsample has {len(self.temperal_downsample)} entries, expected "
+                f"len(dim_mult) - 1 = {len(self.dim_mult) - 1} (one per downsampling stage)"
+            )
+        if self.base_dim <= 0 or self.z_dim <= 0 or self.num_res_blocks <= 0:
+            raise ValueError(
+                f"WanVAEConfig: base_dim, z_dim and num_res_blocks must be positive, got "
+                f"{self.base_dim}, {self.z_dim}, {self.num_res_blocks}"
+            )
+        if len(self.latents_mean) != self.z_dim or len(self.latents_std) != self.z_dim:
+            raise ValueError(
+                f"WanVAEConfig: latents_mean and latents_std need z_dim={self.z_dim} entries each, got "
+                f"{len(self.latents_mean)} and {len(self.latents_std)}"
+            )
+        if any(s == 0 for s in self.latents_std):
+            raise ValueError("WanVAEConfig: latents_std has a zero entry")
+        dec = self.decoder_dim
+        if self.dim_mult[-1] * dec % 2 or any(dec * m % 2 for m in self.dim_mult):
+            raise ValueError(f"WanVAEConfig: decoder channel counts must be even, got base {dec}, dim_mult {self.dim_mult}")
+
+    @classmethod
+    def from_dict(cls, config: dict) -> WanVAEConfig:
+        """Build from a diffusers ``vae/config.json`` dict.
+
+        Keys starting with ``_`` (``_class_name``, ``_diffusers_version``) and
+        ``scale_factor_temporal`` / ``scale_factor_spatial`` (derived values) are ignored.
+
+        Raises:
+          ValueError: ``_class_name`` is not ``AutoencoderKLWan``, an unknown key is present,
+            or a value is unsupported (``is_residual=True``, a ``patch_size``) or inconsistent.
+        """
+        class_name = config.get("_class_name")
+        if class_name is not None and class_name != "AutoencoderKLWan":
+            raise ValueError(f"WanVAEConfig: config is for {class_name!r}, not 'AutoencoderKLWan'")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in config if not k.startswith("_") and k not in fields and k not in _IGNORED_CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"WanVAEConfig: unknown config keys {unknown}; this VAE variant is not supported")
+        return cls(**{k: v for k, v in config.items() if k in fields})
+
+    @property
+    def decoder_dim(self) -> int:
+        """Decoder base channel count (``decoder_base_dim`` or ``base_dim``)."""
+        return self.base_dim if self.decoder_base_dim is None else self.decoder_base_dim
+
+    @property
+    def temporal_compression(self) -> int:
+        """Video frames per latent frame after the first (4 for Wan2.1)."""
+        return 2 ** sum(self.temperal_downsample)
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent pixel along H and W (8 for Wan2.1)."""
+        return 2 ** (len(self.dim_mult) - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture plan: shared by the parameter declaration and the forward functions
+# ---------------------------------------------------------------------------------------------
+
+
+def _encoder_plan(cfg: WanVAEConfig) -> tuple[list[tuple[str, int, int]], int]:
+    """``encoder.down_blocks`` as ``[(kind, in_dim, out_dim)]`` and the mid-block width.
+
+    kinds: ``"res"`` (WanResidualBlock), ``"down2d"`` / ``"down3d"`` (WanResample). (The
+    reference would add ``WanAttentionBlock`` s for ``attn_scales``; rejected by the config.)
+    """
+    dims = [cfg.base_dim * m for m in (1, *cfg.dim_mult)]
+    plan: list[tuple[str, int, int]] = []
+    last = len(cfg.dim_mult) - 1
+    for i in range(len(cfg.dim_mult)):
+        cin, cout = dims[i], dims[i + 1]
+        for _ in range(cfg.num_res_blocks):
+            plan.append(("res", cin, cout))
+            cin = cout
+        if i != last:
+            plan.append(("down3d" if cfg.temperal_downsample[i] else "down2d", cout, cout))
+    return plan, dims[-1]
+
+
+def _decoder_plan(cfg: WanVAEConfig) -> tuple[list[tuple[int, int, int, str | None]], int]:
+    """``decoder.up_blocks`` as ``[(in_dim, out_dim, n_resnets, upsample_mode)]`` and the mid width.
+
+    upsample_mode: ``"up3d"``, ``"up2d"`` or ``None``. In Wan2.1 an upsampler halves the
+    channels, so every stage after the first starts from half the previous width.
+    """
+    dims = [cfg.decoder_dim * m for m in (cfg.dim_mult[-1], *cfg.dim_mult[::-1])]
+    temporal_up = cfg.temperal_downsample[::-1]
+    last = len(cfg.dim_mult) - 1
+    plan = []
+    for i in range(len(cfg.dim_mult)):
+        cin = dims[i] if i == 0 else dims[i] // 2
+        mode = None if i == last else ("up3d" if temporal_up[i] else "up2d")
+        plan.append((cin, dims[i + 1], cfg.num_res_blocks + 1, mode))
+    return plan, dims[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter declaration and the diffusers key map (one walk produces both)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Declaration:
+    """Collects parameter specs (paths mirror the diffusers module names) and key-map rules."""
+
+    def __init__(self):
+        self.specs: dict[str, ParamSpec] = {}
+        self.rules: list[Rule] = []
+
+    def conv3d(self, key: str, cin: int, cout: int, kernel: tuple[int, int, int]):
+        path = key.replace(".", "/")
+        self.specs[f"{path}/kernel"] = ParamSpec((*kernel, cin, cout))
+        self.specs[f"{path}/bias"] = ParamSpec((cout,))
+        self.rules += conv(key, path, dims=3)
+
+    def conv2d(self, key: str, cin: int, cout: int, k: int):
+        path = key.replace(".", "/")
+        self.specs[f"{path}/kernel"] = ParamSpec((k, k, cin, cout))
+        self.specs[f"{path}/bias"] = ParamSpec((cout,))
+        self.rules += conv(key, path, dims=2)
+
+    def rms_gamma(self, key: str, dim: int, images: bool):
+        # WanRMS_norm.gamma is stored with trailing broadcast dims: (C, 1, 1) for images, (C, 1, 1, 1) for video.
+        path = key.replace(".", "/")
+        self.specs[f"{path}/scale"] = ParamSpec((dim, 1, 1) if images else (dim, 1, 1, 1), fp32=True)
+        self.rules += norm(key, path, bias=False, weight_name="gamma")
+
+    def res_block(self, key: str, cin: int, cout: int):
+        self.rms_gamma(f"{key}.norm1", cin, images=False)
+        self.conv3d(f"{key}.conv1", cin, cout, (3, 3, 3))
+        self.rms_gamma(f"{key}.norm2", cout, images=False)
+        self.conv3d(f"{key}.conv2", cout, cout, (3, 3, 3))
+        if cin != cout:
+            self.conv3d(f"{key}.conv_shortcut", cin, cout, (1, 1, 1))
+
+    def attn_block(self, key: str, dim: int):
+        self.rms_gamma(f"{key}.norm", dim, images=True)
+        self.conv2d(f"{key}.to_qkv", dim, 3 * dim, 1)
+        self.conv2d(f"{key}.proj", dim, dim, 1)
+
+    def resample(self, key: str, dim: int, mode: str):
+        if mode in ("up2d", "up3d"):
+            self.conv2d(f"{key}.resample.1", dim, dim // 2, 3)
+            if mode == "up3d":
+                self.conv3d(f"{key}.time_conv", dim, 2 * dim, (3, 1, 1))
+        elif mode in ("down2d", "down3d"):
+            self.conv2d(f"{key}.resample.1", dim, dim, 3)
+            if mode == "down3d":
+                self.conv3d(f"{key}.time_conv", dim, dim, (3, 1, 1))
+        else:
+            raise ValueError(f"unknown resample mode {mode!r}")
+
+    def mid_block(self, key: str, dim: int):
+        self.res_block(f"{key}.resnets.0", dim, dim)
+        self.attn_block(f"{key}.attentions.0", dim)
+        self.res_block(f"{key}.resnets.1", dim, dim)
+
+
+@functools.lru_cache(maxsize=16)
+def _declare(cfg: WanVAEConfig) -> _Declaration:
+    d = _Declaration()
+    enc_plan, enc_mid = _encoder_plan(cfg)
+    d.conv3d("encoder.conv_in", cfg.in_channels, cfg.base_dim, (3, 3, 3))
+    for j, (kind, cin, cout) in enumerate(enc_plan):
+        key = f"encoder.down_blocks.{j}"
+        if kind == "res":
+            d.res_block(key, cin, cout)
+        else:
+            d.resample(key, cout, kind)
+    d.mid_block("encoder.mid_block", enc_mid)
+    d.rms_gamma("encoder.norm_out", enc_mid, images=False)
+    d.conv3d("encoder.conv_out", enc_mid, 2 * cfg.z_dim, (3, 3, 3))
+    d.conv3d("quant_conv", 2 * cfg.z_dim, 2 * cfg.z_dim, (1, 1, 1))
+    d.conv3d("post_quant_conv", cfg.z_dim, cfg.z_dim, (1, 1, 1))
+    dec_plan, dec_mid = _decoder_plan(cfg)
+    d.conv3d("decoder.conv_in", cfg.z_dim, dec_mid, (3, 3, 3))
+    d.mid_block("decoder.mid_block", dec_mid)
+    for i, (cin, cout, n_res, mode) in enumerate(dec_plan):
+        for r in range(n_res):
+            d.res_block(f"decoder.up_blocks.{i}.resnets.{r}", cin if r == 0 else cout, cout)
+        if mode is not None:
+            d.resample(f"decoder.up_blocks.{i}.upsamplers.0", cout, mode)
+    out_dim = dec_plan[-1][1]
+    d.rms_gamma("decoder.norm_out", out_dim, images=False)
+    d.conv3d("decoder.conv_out", out_dim, cfg.out_channels, (3, 3, 3))
+    return d
+
+
+def vae_specs(cfg: WanVAEConfig) -> SpecTree:
+    """The VAE's spec tree (encoder, decoder, ``quant_conv``, ``post_quant_conv``).
+
+    Paths mirror the diffusers module names with ``/`` for ``.`` (e.g.
+    ``decoder/up_blocks/0/resnets/1/conv1/kernel``). Convolution kernels are
+    channels-last (``(kt, kh, kw, in, out)`` / ``(kh, kw, in, out)``); RMS-norm gammas
+    keep the reference's broadcast shape ``(C, 1, 1, 1)`` (``(C, 1, 1)`` in attention)
+    and are pinned to float32.
+    """
+    return unflatten(dict(_declare(cfg).specs))
+
+
+def vae_keymap(cfg: WanVAEConfig) -> KeyMap:
+    """Key map from a diffusers ``AutoencoderKLWan`` state dict (``save_pretrained`` layout).
+
+    Strict: with :func:`~vidax.checkpoint.loader.load_params` every checkpoint key fills
+    exactly one slot of :func:`vae_specs` (the model has no buffers, nothing is ignored).
+    """
+    return KeyMap(rules=list(_declare(cfg).rules))
+
+
+def load_vae(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[WanVAEConfig, dict]:
+    """Load a diffusers ``vae`` folder (``config.json`` + safetensors) into ``(cfg, params)``.
+
+    Raises:
+      ValueError: unsupported config (see :meth:`WanVAEConfig.from_dict`).
+      CheckpointError: missing / unexpected / mismatched tensors (one message listing all).
+    """
+    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.safetensors_io import CheckpointReader
+
+    path = Path(path)
+    cfg = WanVAEConfig.from_dict(json.loads((path / "config.json").read_text()))
+    params = load_params(CheckpointReader(path), vae_keymap(cfg), vae_specs(cfg), dtype, source=str(path))
+    return cfg, params
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks (channels-last, pure)
+# ---------------------------------------------------------------------------------------------
+
+_DN3 = ("NDHWC", "DHWIO", "NDHWC")
+
+
+def _conv(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0, 0))) -> jax.Array:
+    """3D convolution, ``x (B, T, H, W, Cin)``; a 2D kernel ``(kh, kw, I, O)`` runs per frame."""
+    w = p["kernel"]
+    if w.ndim == 4:
+        w = w[None]
+    y = jax.lax.conv_general_dilated(
+        x.astype(w.dtype), w, window_strides=strides, padding=padding, dimension_numbers=_DN3,
+        preferred_element_type=jnp.float32,
+    )
+    return (y + p["bias"].astype(jnp.float32)).astype(w.dtype)
+
+
+def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
+    """``WanCausalConv3d`` (stride 1, "same" spatial padding, causal in time) with its cache.
+
+    The previous chunk's last ``kt - 1`` input frames (zeros before the first chunk) are
+    prepended; the new cache is the last ``kt - 1`` frames of that concatenation, which is
+    exactly what the reference keeps (including its one-frame-chunk special case).
+    """
+    kt, kh, kw = p["kernel"].shape[:3]
+    spatial = ((kh // 2, kh // 2), (kw // 2, kw // 2))
+    if kt == 1:
+        return _conv(p, x, padding=((0, 0), *spatial)), None
+    hist = kt - 1
+    if cache is None:
+        cache = jnp.zeros((x.shape[0], hist, *x.shape[2:]), x.dtype)
+    xp = jnp.concatenate([cache.astype(x.dtype), x], axis=1)
+    return _conv(p, xp, padding=((0, 0), *spatial)), xp[:, -hist:]
+
+
+def _rms_norm(p: dict, x: jax.Array) -> jax.Array:
+    """``WanRMS_norm``: ``x / max(||x||_2, 1e-12) * sqrt(C) * gamma`` over channels, in float32."""
+    xf = x.astype(jnp.float32)
+    n = jnp.sqrt(jnp.sum(jnp.square(xf), axis=-1, keepdims=True))
+    gamma = p["scale"].reshape(-1).astype(jnp.float32)
+    y = xf / jnp.maximum(n, 1e-12) * math.sqrt(x.shape[-1]) * gamma
+    return y.astype(x.dtype)
+
+
+def _get(cache: dict | None, *keys: str):
+    for k in keys:
+        if cache is None:
+            return None
+        cache = cache.get(k)
+    return cache
+
+
+def _res_block(p: dict, x: jax.Array, cache: dict | None) -> tuple[jax.Array, dict]:
+    """``WanResidualBlock``: norm-SiLU-conv twice plus a (1x1x1 conv) shortcut."""
+    h = _conv(p["conv_shortcut"], x) if "conv_shortcut" in p else x
+    y = jax.nn.silu(_rms_norm(p["norm1"], x))
+    y, c1 = _causal_conv(p["conv1"], y, _get(cache, "conv1"))
+    y = jax.nn.silu(_rms_norm(p["norm2"], y))
+    y, c2 = _causal_conv(p["conv2"], y, _get(cache, "conv2"))
+    return y + h, {"conv1": c1, "conv2": c2}
+
+
+def _attn_block(p: dict, x: jax.Array) -> jax.Array:
+    """``WanAttentionBlock``: single-head self-attention over the ``H*W`` positions of each frame."""
+    b, t, h, w, c = x.shape
+    y = _rms_norm(p["norm"], x)
+    qkv = p["to_qkv"]
+    qkv = linear({"kernel": qkv["kernel"].reshape(c, 3 * c), "bias": qkv["bias"]}, y)
+    qkv = qkv.reshape(b * t, h * w, 1, 3 * c)
+    q, k, v = jnp.split(qkv, 3, axis=-1)
+    o = attention(q, k, v).reshape(b, t, h, w, c)
+    proj = p["proj"]
+    o = linear({"kernel": proj["kernel"].reshape(c, c), "bias": proj["bias"]}, o)
+    return o + x
+
+
+def _mid_block(p: dict, x: jax.Array, cache: dict | None) -> tuple[jax.Array, dict]:
+    """``WanMidBlock`` (one attention layer): res, attn, res."""
+    x, c0 = _res_block(p["resnets"]["0"], x, _get(cache, "resnets", "0"))
+    x = _attn_block(p["attentions"]["0"], x)
+    x, c1 = _res_block(p["resnets"]["1"], x, _get(cache, "resnets", "1"))
+    return x, {"resnets": {"0": c0, "1": c1}}
+
+
+def _upsample2d(p: dict, x: jax.Array) -> jax.Array:
+    # nearest-exact x2 == repeat each pixel twice, then a 3x3 conv (padding 1).
+    x = jnp.repeat(jnp.repeat(x, 2, axis=2), 2, axis=3)
+    return _conv(p, x, padding=((0, 0), (1, 1), (1, 1)))
+
+
+def _downsample2d(p: dict, x: jax.Array) -> jax.Array:
+    # ZeroPad2d((0, 1, 0, 1)) (right and bottom only), then a 3x3 conv with stride 2.
+    return _conv(p, x, strides=(1, 2, 2), padding=((0, 0), (0, 1), (0, 1)))
+
+
+def _resample(p: dict, x: jax.Array, mode: str, cache: dict | None, first: bool) -> tuple[jax.Array, dict | None]:
+    """``WanResample`` in ``mode``; returns ``(y, new_cache)`` (``None``: no temporal state)."""
+    if mode == "up2d":
+        return _upsample2d(p["resample"]["1"], x), None
+    if mode == "up3d":
+        if first:
+            # Reference: feat_cache[idx] = "Rep"; no time conv, no frame remembered (zeros history next time).
+            b, _, h, w, c = x.shape
+            new = jnp.zeros((b, 2, h, w, c), x.dtype)
+        else:
+            y, new = _causal_conv(p["time_conv"], x, _get(cache, "time_conv"))
+            b, t, h, w, c2 = y.shape
+            # Channels [0:C] are the even output frames, [C:2C] the odd ones.
+            x = y.reshape(b, t, h, w, 2, c2 // 2).transpose(0, 1, 4, 2, 3, 5).reshape(b, 2 * t, h, w, c2 // 2)
+        return _upsample2d(p["resample"]["1"], x), {"time_conv": new}
+    if mode == "down2d":
+        return _downsample2d(p["resample"]["1"], x), None
+    if mode == "down3d":
+        x = _downsample2d(p["resample"]["1"], x)
+        new = x[:, -1:]
+        if not first:
+            # Reference: time_conv(cat(last cached frame, x)): kernel 3, stride 2, no padding.
+            xp = jnp.concatenate([_get(cache, "time_conv").astype(x.dtype), x], axis=1)
+            x = _conv(p["time_conv"], xp, strides=(2, 1, 1))
+        return x, {"time_conv": new}
+    raise ValueError(f"unknown resample mode {mode!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder / decoder chunks
+# ---------------------------------------------------------------------------------------------
+
+
+def _encoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tuple[jax.Array, dict]:
+    first = cache is None
+    new: dict = {}
+    x, new["conv_in"] = _causal_conv(p["conv_in"], x, _get(cache, "conv_in"))
+    plan, _ = _encoder_plan(cfg)
+    blocks: dict = {}
+    for j, (kind, _, _) in enumerate(plan):
+        key = str(j)
+        bp, bc = p["down_blocks"][key], _get(cache, "down_blocks", key)
+        if kind == "res":
+            x, blocks[key] = _res_block(bp, x, bc)
+        else:
+            x, c = _resample(bp, x, kind, bc, first)
+            if c is not None:
+                blocks[key] = c
+    new["down_blocks"] = blocks
+    x, new["mid_block"] = _mid_block(p["mid_block"], x, _get(cache, "mid_block"))
+    x = jax.nn.silu(_rms_norm(p["norm_out"], x))
+    x, new["conv_out"] = _causal_conv(p["conv_out"], x, _get(cache, "conv_out"))
+    return x, new
+
+
+def _decoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tuple[jax.Array, dict]:
+    first = cache is None
+    new: dict = {}
+    x, new["conv_in"] = _causal_conv(p["conv_in"], x, _get(cache, "conv_in"))
+    x, new["mid_block"] = _mid_block(p["mid_block"], x, _get(cache, "mid_block"))
+    plan, _ = _decoder_plan(cfg)
+    blocks: dict = {}
+    for i, (_, _, n_res, mode) in enumerate(plan):
+        bp, bc = p["up_blocks"][str(i)], _get(cache, "up_blocks", str(i))
+        resnets = {}
+        for r in range(n_res):
+            x, resnets[str(r)] = _res_block(bp["resnets"][str(r)], x, _get(bc, "resnets", str(r)))
+        entry: dict = {"resnets": resnets}
+        if mode is not None:
+            x, c = _resample(bp["upsamplers"]["0"], x, mode, _get(bc, "upsamplers", "0"), first)
+            if c is not None:
+                entry["upsamplers"] = {"0": c}
+        blocks[str(i)] = entry
+    new["up_blocks"] = blocks
+    x = jax.nn.silu(_rms_norm(p["norm_out"], x))
+    x, new["conv_out"] = _causal_conv(p["conv_out"], x, _get(cache, "conv_out"))
+    return x, new
+
+
+def _compute_dtype(params: dict):
+    return params["decoder"]["conv_in"]["kernel"].dtype
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
+    """One encoder step (``WanEncoder3d`` with its feature cache, then ``quant_conv``); jitted.
+
+    Args:
+      params: VAE parameters (:func:`vae_specs` structure).
+      cfg: static configuration.
+      x: video chunk ``(B, in_channels, t, H, W)``: the first frame alone (``t = 1``) for the
+        first chunk, then ``t = 4`` frames per chunk, as the reference's ``_encode``.
+      cache: ``None`` for the first chunk, else the cache returned by the previous call.
+
+    Returns:
+      ``(moments, cache)``: ``moments (B, 2*z_dim, t', H/8, W/8)`` in the compute dtype
+      (mean channels first, then log-variance, unclamped), and the new cache pytree.
+    """
+    x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
+    h, cache = _encoder(params["encoder"], cfg, x, cache)
+    h = _conv(params["quant_conv"], h)
+    return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
+    """One decoder step (``post_quant_conv``, then ``WanDecoder3d`` with its feature cache); jitted.
+
+    Args:
+      params: VAE parameters.
+      cfg: static configuration.
+      z: one de-normalised latent frame ``(B, z_dim, 1, h, w)``.
+      cache: ``None`` for the first latent frame (the reference's ``first_chunk``), else
+        the cache returned by the previous call. All calls after the first share one
+        compiled program.
+
+    Returns:
+      ``(video, cache)``: ``video (B, out_channels, t, 8h, 8w)`` float32 clamped to
+      ``[-1, 1]``, ``t = 1`` for the first chunk and ``temporal_compression`` (4) after.
+    """
+    x = jnp.transpose(z, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
+    x = _conv(params["post_quant_conv"], x)
+    y, cache = _decoder(params["decoder"], cfg, x, cache)
+    y = jnp.clip(y.astype(jnp.float32), -1.0, 1.0)
+    return jnp.transpose(y, (0, 4, 1, 2, 3)), cache
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+# ---------------------------------------------------------------------------------------------
+
+
+def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Encode a video to its latent distribution (``AutoencoderKLWan.encode(x).latent_dist``).
+
+    Chunks as the reference: the first frame alone, then 4 frames at a time, through
+    :func:`encode_chunk` (two compiled programs per input shape).
+
+    Args:
+      params: VAE parameters (any float dtype; computation in that dtype, fp32 accumulation).
+      cfg: the configuration.
+      video: ``(B, in_channels, 1 + 4k, H, W)``, values in ``[-1, 1]``.
+
+    Returns:
+      ``(mean, logvar)``, each float32 ``(B, z_dim, 1 + k, H', W')`` with ``H' = H / 8`` for
+      ``H`` divisible by 8 (the reference's pad-right-then-stride-2 downsampling otherwise
+      floors). ``logvar`` is clamped to ``[-30, 20]`` as ``DiagonalGaussianDistribution`` does.
+      The latents are not normalised; see :func:`normalize_latents`.
+
+    Raises:
+      ValueError: wrong rank, channel count, or a frame count that is not ``1 + 4k``.
+    """
+    if video.ndim != 5 or video.shape[1] != cfg.in_channels:
+        raise ValueError(f"encode: expected video (B, {cfg.in_channels}, T, H, W), got shape {tuple(video.shape)}")
+    t = video.shape[2]
+    step = 4  # the reference's _encode chunk length (hard-coded there too)
+    if (t - 1) % step:
+        raise ValueError(f"encode: the frame count must be 1 + {step}k, got {t}")
+    video = jnp.asarray(video)
+    cache = None
+    outs = []
+    for start, stop in [(0, 1)] + [(s, s + step) for s in range(1, t, step)]:
+        h, cache = encode_chunk(params, cfg, video[:, :, start:stop], cache)
+        outs.append(h)
+    h = jnp.concatenate(outs, axis=2).astype(jnp.float32)
+    mean, logvar = h[:, : cfg.z_dim], h[:, cfg.z_dim :]
+    return mean, jnp.clip(logvar, -30.0, 20.0)
+
+
+def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
+    """Decode latents to video (``AutoencoderKLWan.decode(z).sample``).
+
+    One latent frame per :func:`decode_chunk` call (host loop; two compiled programs per
+    latent shape), outputs concatenated in time.
+
+    Args:
+      params: VAE parameters.
+      cfg: the configuration.
+      latents: de-normalised latents ``(B, z_dim, T, h, w)`` (see :func:`denormalize_latents`).
+
+    Returns:
+      float32 video ``(B, out_channels, 1 + 4(T - 1), 8h, 8w)`` clamped to ``[-1, 1]``.
+
+    Raises:
+      ValueError: wrong rank or channel count, or ``T == 0``.
+    """
+    if latents.ndim != 5 or latents.shape[1] != cfg.z_dim or latents.shape[2] == 0:
+        raise ValueError(f"decode: expected latents (B, {cfg.z_dim}, T>=1, h, w), got shape {tuple(latents.shape)}")
+    latents = jnp.asarray(latents)
+    cache = None
+    outs = []
+    for i in range(latents.shape[2]):
+        y, cache = decode_chunk(params, cfg, latents[:, :, i : i + 1], cache)
+        outs.append(y)
+    return jnp.concatenate(outs, axis=2)
+
+
+def _stats(cfg: WanVAEConfig, dtype) -> tuple[jax.Array, jax.Array]:
+    shape = (1, cfg.z_dim, 1, 1, 1)
+    mean = jnp.asarray(np.asarray(cfg.latents_mean, np.float32).reshape(shape), dtype)
+    inv_std = jnp.asarray((1.0 / np.asarray(cfg.latents_std, np.float32)).reshape(shape), dtype)
+    return mean, inv_std
+
+
+def normalize_latents(cfg: WanVAEConfig, mu: jax.Array) -> jax.Array:
+    """Encoder mean -> diffusion-space latents: ``(mu - mean) * (1 / std)`` per channel.
+
+    As ``WanImageToVideoPipeline.prepare_latents`` (the reciprocal is taken in float32 and
+    then cast to ``mu.dtype``, like the reference). ``mu``: ``(B, z_dim, T, h, w)``.
+    """
+    mean, inv_std = _stats(cfg, mu.dtype)
+    return (mu - mean) * inv_std
+
+
+def denormalize_latents(cfg: WanVAEConfig, z: jax.Array) -> jax.Array:
+    """Diffusion-space latents -> decoder input: ``z / (1 / std) + mean`` per channel.
+
+    The formula of ``WanPipeline.__call__`` before ``vae.decode`` (division by the float32
+    reciprocal, not multiplication by ``std``). XLA rewrites a division by a broadcast
+    operand into a multiplication by its reciprocal, so results can differ from PyTorch's
+    by 1 ulp. ``z``: ``(B, z_dim, T, h, w)``.
+    """
+    mean, inv_std = _stats(cfg, z.dtype)
+    return z / inv_std + mean

@@ -1,0 +1,159 @@
+"""Flow-matching samplers at numerical parity with diffusers.
+
+* :class:`FlowMatchEulerScheduler` follows diffusers ``FlowMatchEulerDiscreteScheduler``.
+* :class:`FlowUniPCMultistepScheduler` follows diffusers ``UniPCMultistepScheduler``
+  with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan).
+
+Both share the :class:`Scheduler` interface; the sampling state is a
+:class:`SchedulerState` pytree. Typical loop::
+
+    sched = scheduler_from_config(json.load(open(".../scheduler/scheduler_config.json")))
+    state = sched.set_timesteps(num_inference_steps)
+    latents = noise  # pure noise, init_noise_sigma == 1
+    for i, t in enumerate(state.timesteps):
+        v = denoise(latents, t)                        # flow prediction, (B, C, T, H, W)
+        latents, state = sched.step(state, v, latents, i)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .base import Scheduler, SchedulerState
+from .flow_euler import FlowMatchEulerScheduler
+from .unipc import FlowUniPCMultistepScheduler
+
+__all__ = [
+    "Scheduler",
+    "SchedulerState",
+    "FlowMatchEulerScheduler",
+    "FlowUniPCMultistepScheduler",
+    "scheduler_from_config",
+    "SUPPORTED_CLASSES",
+]
+
+SUPPORTED_CLASSES = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
+
+# Per diffusers class: keys we map onto our constructor (with diffusers' defaults),
+# keys whose value must equal what we implement (with diffusers' defaults and the
+# supported value(s)), and keys that have no effect on the path we implement.
+_UNIPC_ARGS = {
+    "num_train_timesteps": ("num_train_timesteps", 1000),
+    "flow_shift": ("flow_shift", 1.0),
+    "solver_order": ("solver_order", 2),
+    "solver_type": ("solver_type", "bh2"),
+    "lower_order_final": ("lower_order_final", True),
+    "disable_corrector": ("disable_corrector", ()),
+    "final_sigmas_type": ("final_sigmas_type", "zero"),
+}
+_UNIPC_REQUIRED = {  # key: (diffusers default, supported values)
+    "prediction_type": ("epsilon", ("flow_prediction",)),
+    "use_flow_sigmas": (False, (True,)),
+    "predict_x0": (True, (True,)),
+    "thresholding": (False, (False,)),
+    "solver_p": (None, (None,)),
+    "use_karras_sigmas": (False, (False,)),
+    "use_exponential_sigmas": (False, (False,)),
+    "use_beta_sigmas": (False, (False,)),
+    "use_dynamic_shifting": (False, (False,)),
+    "shift_terminal": (None, (None, 0, 0.0, False)),
+    "timestep_spacing": ("linspace", ("linspace", "leading", "trailing")),  # no effect with flow sigmas
+}
+_UNIPC_IGNORED = {  # only used by the beta (non-flow) schedules, thresholding or dynamic shifting
+    "beta_start", "beta_end", "beta_schedule", "trained_betas", "dynamic_thresholding_ratio",
+    "sample_max_value", "steps_offset", "rescale_betas_zero_snr", "time_shift_type", "sigma_min",
+    "sigma_max",
+}  # fmt: skip
+
+_EULER_ARGS = {
+    "num_train_timesteps": ("num_train_timesteps", 1000),
+    "shift": ("flow_shift", 1.0),
+}
+_EULER_REQUIRED = {
+    "use_dynamic_shifting": (False, (False,)),
+    "invert_sigmas": (False, (False,)),
+    "shift_terminal": (None, (None, 0, 0.0, False)),
+    "use_karras_sigmas": (False, (False,)),
+    "use_exponential_sigmas": (False, (False,)),
+    "use_beta_sigmas": (False, (False,)),
+    "stochastic_sampling": (False, (False,)),
+}
+_EULER_IGNORED = {  # only used by dynamic shifting
+    "base_shift", "max_shift", "base_image_seq_len", "max_image_seq_len", "time_shift_type",
+}  # fmt: skip
+
+_TABLES = {
+    "UniPCMultistepScheduler": (FlowUniPCMultistepScheduler, _UNIPC_ARGS, _UNIPC_REQUIRED, _UNIPC_IGNORED),
+    "FlowMatchEulerDiscreteScheduler": (FlowMatchEulerScheduler, _EULER_ARGS, _EULER_REQUIRED, _EULER_IGNORED),
+}
+
+
+def _same(value: Any, supported: Any) -> bool:
+    # bools and None compare by identity (so 1 is not True); others by value, never matching a bool
+    if supported is None or isinstance(supported, bool):
+        return value is supported
+    return not isinstance(value, bool) and value == supported
+
+
+def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler:
+    """Build a vidax scheduler from a diffusers ``scheduler_config.json`` dict.
+
+    Args:
+      config: the parsed JSON (or ``dict(diffusers_scheduler.config)``); its
+        ``_class_name`` selects the sampler: ``"UniPCMultistepScheduler"`` ->
+        :class:`FlowUniPCMultistepScheduler`, ``"FlowMatchEulerDiscreteScheduler"``
+        -> :class:`FlowMatchEulerScheduler`. Missing keys take diffusers'
+        defaults.
+      **overrides: config keys to replace, in diffusers' names (e.g.
+        ``flow_shift=5.0`` for UniPC, ``shift=5.0`` for Euler); ``flow_shift``
+        is also accepted for Euler.
+
+    Returns:
+      The scheduler.
+
+    Raises:
+      ValueError: for a missing or unsupported ``_class_name``, or an option
+        whose value we do not implement (e.g. UniPC ``prediction_type`` other
+        than ``"flow_prediction"``, ``use_flow_sigmas=False``,
+        ``thresholding=True``, ``solver_type`` other than bh1/bh2, any
+        ``use_dynamic_shifting=True``); the message names the option and the
+        supported values.
+    """
+    if not isinstance(config, dict):
+        config = dict(config)
+    cfg = {**config, **overrides}
+    name = cfg.get("_class_name")
+    if name is None:
+        raise ValueError(
+            "scheduler config has no '_class_name' (diffusers' scheduler.config omits it; the saved "
+            f"scheduler_config.json has it): pass _class_name=... with one of {SUPPORTED_CLASSES}"
+        )
+    if name not in _TABLES:
+        raise ValueError(f"scheduler _class_name={name!r} is not supported; supported: {SUPPORTED_CLASSES}")
+    cls, args, required, ignored = _TABLES[name]
+    if name == "FlowMatchEulerDiscreteScheduler" and "flow_shift" in cfg:
+        if "flow_shift" in overrides or "shift" not in cfg:
+            cfg["shift"] = cfg["flow_shift"]
+        del cfg["flow_shift"]
+
+    for key, (default, supported) in required.items():
+        value = cfg.get(key, default)
+        if not any(_same(value, s) for s in supported):
+            raise ValueError(
+                f"{name}: option {key}={value!r} is not supported by vidax; supported: "
+                f"{', '.join(repr(s) for s in supported)}"
+            )
+    kwargs = {}
+    for key, (arg, default) in args.items():
+        value = cfg.get(key, default)
+        if key == "disable_corrector" and value is None:
+            value = ()
+        kwargs[arg] = value
+    unknown = sorted(k for k in cfg if not k.startswith("_") and k not in args and k not in required and k not in ignored)
+    if unknown:
+        warnings.warn(f"{name}: ignoring unknown scheduler config keys {unknown}", stacklevel=2)
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
