@@ -110,3 +110,28 @@ def test_missing_part_is_named(ckpt, tmp_path):
     shutil.rmtree(broken / "vae")
     with pytest.raises(CheckpointError, match="missing its vae folder"):
         WanPipeline.from_pretrained(broken)
+
+
+def test_demo_checkpoint_has_exactly_the_diffusers_layout(ckpt, reference, tmp_path):
+    """diffusers re-saving the demo checkpoint writes the same files, tensor names, shapes and configs."""
+    import json
+
+    from vidax.checkpoint.safetensors_io import CheckpointReader
+
+    reference.save_pretrained(tmp_path / "resaved")
+    for part, weights in (("transformer", "diffusion_pytorch_model.safetensors"),
+                          ("vae", "diffusion_pytorch_model.safetensors"), ("text_encoder", "model.safetensors")):
+        ours_files = sorted(p.name for p in (ckpt / part).iterdir())
+        ref_files = sorted(p.name for p in (tmp_path / "resaved" / part).iterdir())
+        assert ours_files == ref_files == ["config.json", weights]
+        a, b = CheckpointReader(ckpt / part), CheckpointReader(tmp_path / "resaved" / part)
+        assert {k: a.shape(k) for k in a.keys()} == {k: b.shape(k) for k in b.keys()}
+        cfg_a = json.loads((ckpt / part / "config.json").read_text())
+        cfg_b = json.loads((tmp_path / "resaved" / part / "config.json").read_text())
+        # diffusers records where it loaded from when it re-saves; a fresh save has no such key.
+        assert set(cfg_a) == set(cfg_b) - {"_name_or_path"}, set(cfg_a) ^ set(cfg_b)
+    index_a = json.loads((ckpt / "model_index.json").read_text())
+    index_b = json.loads((tmp_path / "resaved" / "model_index.json").read_text())
+    assert set(index_a) == set(index_b) - {"_name_or_path"}
+    for key in ("scheduler", "text_encoder", "transformer", "vae"):
+        assert index_a[key] == index_b[key]
