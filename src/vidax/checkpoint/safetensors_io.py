@@ -7,6 +7,10 @@ than through ``safetensors.numpy`` because that path cannot return bfloat16
 arrays (NumPy has no bf16); here bf16 comes back as ``ml_dtypes.bfloat16``
 views of the mapped file, with no copy.
 
+:class:`CheckpointReader` (one reader over a file or folder of safetensors or
+PyTorch files) now lives in :mod:`vidax.checkpoint.reader` and is re-exported
+here.
+
 Errors: :class:`CheckpointError` names the file and what is wrong with it
 (missing, truncated, corrupt header, a shard listed in an index but absent).
 """
@@ -16,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import ml_dtypes
@@ -114,77 +117,12 @@ class SafetensorsFile:
         return self._buffer()[start : self._data_start + end].view(dtype).reshape(shape)
 
 
-class CheckpointReader:
-    """All tensors of one model component: a folder holding safetensors files.
+def __getattr__(name: str):
+    # ``CheckpointReader`` (safetensors and PyTorch files) lives in ``vidax.checkpoint.reader``; this
+    # lazy re-export keeps ``from vidax.checkpoint.safetensors_io import CheckpointReader`` working
+    # without an import cycle.
+    if name == "CheckpointReader":
+        from vidax.checkpoint.reader import CheckpointReader
 
-    Accepts a single file, or a folder with either one ``*.safetensors`` file or
-    a ``*.safetensors.index.json`` naming the shard of every tensor (the
-    layout ``save_pretrained`` writes in diffusers and transformers).
-
-    Raises:
-      CheckpointError: no safetensors file in the folder, a shard named in the
-        index is missing, or a tensor appears in two files.
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        path = Path(path)
-        self.path = path
-        self._where: dict[str, SafetensorsFile] = {}
-        if path.is_file():
-            files = [SafetensorsFile(path)]
-        elif path.is_dir():
-            indexes = sorted(path.glob("*.safetensors.index.json"))
-            if indexes:
-                files = self._from_index(indexes[0])
-            else:
-                found = sorted(path.glob("*.safetensors"))
-                if not found:
-                    bins = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pth"))
-                    hint = (
-                        f" (found PyTorch pickles {bins}: convert them to safetensors)" if bins else ""
-                    )
-                    raise CheckpointError(f"{path}: no *.safetensors weights in this folder{hint}")
-                files = [SafetensorsFile(p) for p in found]
-        else:
-            raise CheckpointError(f"{path}: checkpoint folder or file not found")
-        for f in files:
-            for k in f.keys():
-                if k in self._where and self._where[k] is not f:
-                    raise CheckpointError(f"tensor {k!r} appears in both {self._where[k].path} and {f.path}")
-                self._where[k] = f
-        self.files = files
-
-    def _from_index(self, index_path: Path) -> list[SafetensorsFile]:
-        try:
-            weight_map = json.loads(index_path.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{index_path}: corrupt index file ({e!r})") from e
-        shards: dict[str, SafetensorsFile] = {}
-        for name in sorted(set(weight_map.values())):
-            shard_path = index_path.parent / name
-            if not shard_path.is_file():
-                raise CheckpointError(f"{shard_path}: shard named in {index_path.name} is missing; re-download it")
-            shards[name] = SafetensorsFile(shard_path)
-        for key, name in weight_map.items():
-            if key not in shards[name]._entries:
-                raise CheckpointError(f"{shards[name].path}: index {index_path.name} says it holds {key!r}, but it does not")
-        return list(shards.values())
-
-    def keys(self) -> list[str]:
-        return list(self._where)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._where
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        return self._where[key].shape(key)
-
-    def dtype(self, key: str) -> np.dtype:
-        return self._where[key].dtype(key)
-
-    def get(self, key: str) -> np.ndarray:
-        """The tensor ``key`` as a read-only memory-mapped NumPy array (no copy)."""
-        return self._where[key].get(key)
+        return CheckpointReader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,159 @@
+"""One reader over all tensors of a model component: safetensors or PyTorch zip files, single or sharded.
+
+:class:`CheckpointReader` hides which files hold which tensor; the loader
+(:func:`vidax.checkpoint.loader.load_params`) only sees ``keys()``,
+``shape(key)``, ``dtype(key)`` and ``get(key)``. Every file is memory-mapped
+(:class:`~vidax.checkpoint.safetensors_io.SafetensorsFile`,
+:class:`~vidax.checkpoint.torch_pickle.TorchCheckpointFile`), so opening a
+checkpoint reads only headers and ``get`` returns views, never copies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.safetensors_io import SafetensorsFile
+from vidax.checkpoint.torch_pickle import TorchCheckpointFile, is_torch_zip
+
+TensorFile = Union[SafetensorsFile, TorchCheckpointFile]
+
+#: File suffixes read as PyTorch zip checkpoints.
+TORCH_SUFFIXES = (".bin", ".pth", ".pt")
+
+# In a folder of several PyTorch files without an index, these are the weights (diffusers,
+# transformers); the rest (training_args.bin, optimizer.pt, ...) are training state.
+_TORCH_WEIGHT_NAMES = ("diffusion_pytorch_model.bin", "pytorch_model.bin", "model.bin", "model.pth", "model.pt")
+
+
+def open_tensor_file(path: str | os.PathLike) -> TensorFile:
+    """Open one weights file by its suffix (``.safetensors``; ``.bin``/``.pth``/``.pt``).
+
+    Any other suffix is read as a PyTorch zip if it starts with a zip signature,
+    else as safetensors.
+
+    Raises:
+      CheckpointError: see the two file classes.
+    """
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return SafetensorsFile(path)
+    if path.suffix in TORCH_SUFFIXES or (path.is_file() and is_torch_zip(path)):
+        return TorchCheckpointFile(path)
+    return SafetensorsFile(path)
+
+
+class CheckpointReader:
+    """All tensors of one model component, from one file or one folder.
+
+    Accepts:
+
+    * a single file: ``*.safetensors``, or a PyTorch zip checkpoint
+      (``*.pth`` / ``*.pt`` / ``*.bin``, ``torch.save`` format since 1.6);
+    * a folder, first match wins:
+
+      1. a ``*.safetensors.index.json`` naming the shard of every tensor (the
+         layout ``save_pretrained`` writes in diffusers and transformers);
+      2. every ``*.safetensors`` file in it;
+      3. a PyTorch index (``pytorch_model.bin.index.json`` or any
+         ``*.bin.index.json`` / ``*.pth.index.json`` / ``*.pt.index.json``);
+      4. PyTorch files: ``diffusion_pytorch_model.bin`` / ``pytorch_model.bin``
+         / ``model.{bin,pth,pt}`` if present, else the only ``*.bin`` / ``*.pth``
+         / ``*.pt`` file.
+
+    Keys of PyTorch files are their state-dict keys after
+    :func:`~vidax.checkpoint.torch_pickle.flatten_state_dict` (wrappers such as
+    ``{"model": {"state_dict": ...}}`` unwrapped). Tensors come back in their
+    stored dtype and shape as read-only memory-mapped NumPy views.
+
+    Raises:
+      CheckpointError: no weights in the folder, a shard named in the index is
+        missing or lacks a tensor the index places in it, a tensor appears in
+        two files, several PyTorch files and no index to choose between them,
+        or any file is corrupt / unsafe (see the file classes).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        path = Path(path)
+        self.path = path
+        self._where: dict[str, TensorFile] = {}
+        if path.is_file():
+            files = [open_tensor_file(path)]
+        elif path.is_dir():
+            files = self._from_folder(path)
+        else:
+            raise CheckpointError(f"{path}: checkpoint folder or file not found")
+        for f in files:
+            for k in f.keys():
+                if k in self._where and self._where[k] is not f:
+                    raise CheckpointError(f"tensor {k!r} appears in both {self._where[k].path} and {f.path}")
+                self._where[k] = f
+        self.files = files
+
+    def _from_folder(self, path: Path) -> list[TensorFile]:
+        indexes = sorted(path.glob("*.safetensors.index.json"))
+        if indexes:
+            return self._from_index(indexes[0], SafetensorsFile)
+        found = sorted(path.glob("*.safetensors"))
+        if found:
+            return [SafetensorsFile(p) for p in found]
+        torch_indexes = sorted(p for s in TORCH_SUFFIXES for p in path.glob(f"*{s}.index.json"))
+        if torch_indexes:
+            preferred = [p for p in torch_indexes if p.name.startswith(_TORCH_WEIGHT_NAMES)]
+            return self._from_index((preferred or torch_indexes)[0], TorchCheckpointFile)
+        torch_files = sorted(p for s in TORCH_SUFFIXES for p in path.glob(f"*{s}") if p.is_file())
+        if not torch_files:
+            raise CheckpointError(
+                f"{path}: no *.safetensors weights in this folder (nor PyTorch *.bin / *.pth / *.pt weights)"
+            )
+        for name in _TORCH_WEIGHT_NAMES:
+            if (path / name).is_file():
+                return [TorchCheckpointFile(path / name)]
+        if len(torch_files) == 1:
+            return [TorchCheckpointFile(torch_files[0])]
+        raise CheckpointError(
+            f"{path}: several PyTorch files {[p.name for p in torch_files]} and no *.bin.index.json saying which "
+            "hold the weights; pass the weights file itself, or convert the weights to safetensors"
+        )
+
+    def _from_index(self, index_path: Path, open_file: Callable[[Path], TensorFile]) -> list[TensorFile]:
+        try:
+            weight_map = json.loads(index_path.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index_path}: corrupt index file ({e!r})") from e
+        shards: dict[str, TensorFile] = {}
+        for name in sorted(set(weight_map.values())):
+            shard_path = index_path.parent / name
+            if not shard_path.is_file():
+                raise CheckpointError(f"{shard_path}: shard named in {index_path.name} is missing; re-download it")
+            shards[name] = open_file(shard_path)
+        held = {name: set(f.keys()) for name, f in shards.items()}
+        for key, name in weight_map.items():
+            if key not in held[name]:
+                raise CheckpointError(f"{shards[name].path}: index {index_path.name} says it holds {key!r}, but it does not")
+        return list(shards.values())
+
+    def keys(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self._where[key].shape(key)
+
+    def dtype(self, key: str) -> np.dtype:
+        return self._where[key].dtype(key)
+
+    def get(self, key: str) -> np.ndarray:
+        """The tensor ``key`` as a read-only memory-mapped NumPy array (no copy)."""
+        return self._where[key].get(key)
