@@ -113,3 +113,27 @@ def test_block_index_past_the_model_is_unexpected():
     sd = {"blocks.0.fc.weight": np.zeros((2, 2), np.float32), "blocks.3.fc.weight": np.zeros((2, 2), np.float32)}
     with pytest.raises(CheckpointError, match="blocks.3.fc.weight \\(block 3, but the model has 1 blocks\\)"):
         load_params(DictReader(sd), km, specs)
+
+
+@pytest.mark.parametrize("src_dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dst_dtype", [np.float32, ml_dtypes.bfloat16])
+def test_native_and_numpy_conversion_equal_ml_dtypes_bit_for_bit(src_dtype, dst_dtype, monkeypatch):
+    """The native transpose-cast (built by the package) and the NumPy fallback both equal ml_dtypes' cast."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vidax.checkpoint import loader
+
+    assert loader._native is not None, "the native helper was not built: install the package (pip install -e .)"
+    rng = np.random.default_rng(0)
+    src = (rng.standard_normal((300, 70)) * 10).astype(np.float32)
+    src[0, :6] = [np.nan, np.inf, -np.inf, -0.0, 1e-40, 3.3895314e38]
+    src[1, :3] = [1.00390625, 1.01171875, -1.00390625]  # bf16 ties: round half to even
+    src[2, :3] = [3e-5, -1e-6, 6e-8]  # float16 subnormals
+    src = src.astype(src_dtype)
+    want = src.T.astype(dst_dtype)
+    with ThreadPoolExecutor(2) as pool:
+        for native in (loader._native, None):
+            monkeypatch.setattr(loader, "_native", native)
+            out = np.empty(want.shape, dst_dtype)
+            loader.convert_into(pool, src, "linear", out)
+            np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
