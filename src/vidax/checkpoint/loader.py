@@ -265,18 +265,46 @@ def load_params(
     with ThreadPoolExecutor(workers) as pool:
         for path, spec in flatten(specs):
             entries = plan[path]
-            first = reader.get(entries[0][0])
-            floating = np.issubdtype(first.dtype, np.floating) or first.dtype.kind == "V"
-            target = spec.dtype(dtype) if floating else first.dtype
+            target = _target_dtype(reader, entries, spec, dtype)
             sharding = shardings(path, spec) if (place and shardings is not None) else None
             if place and entries[0][2] is not None and _streams_layers(sharding):
                 out[path] = _place_stacked(pool, reader, entries, spec.shape, target, sharding)
                 continue
-            host = np.empty(spec.shape, dtype=target)
-            for key, layout, index in entries:
-                convert_into(pool, reader.get(key), layout, host if index is None else host[index])
+            host = _host_param(pool, reader, entries, spec.shape, target)
             out[path] = host if not place else jax.device_put(host, sharding)
     return unflatten(out)
+
+
+def _target_dtype(reader: Any, entries, spec: ParamSpec, dtype: np.dtype) -> np.dtype:
+    first = reader.dtype(entries[0][0]) if hasattr(reader, "dtype") else reader.get(entries[0][0]).dtype
+    floating = np.issubdtype(first, np.floating) or first.kind == "V"
+    return spec.dtype(dtype) if floating else first
+
+
+def _host_param(pool, reader, entries, shape, target) -> np.ndarray:
+    host = np.empty(shape, dtype=target)
+    for key, layout, index in entries:
+        convert_into(pool, reader.get(key), layout, host if index is None else host[index])
+    return host
+
+
+def iter_host_params(reader: Any, keymap: KeyMap, specs: SpecTree, dtype: Any = np.float32, *,
+                     source: str = "checkpoint", workers: int | None = None):
+    """Yield ``(param_path, host array)`` one finished parameter at a time, in spec-tree order.
+
+    The streaming form of ``load_params(..., place=False)`` for writers that must not hold the
+    whole tree in memory (``vidax convert``). Checks the whole checkpoint first, like
+    :func:`load_params`.
+
+    Raises:
+      CheckpointError: see :func:`plan_load`.
+    """
+    plan = plan_load(reader, keymap, specs, source=source)
+    dtype = np.dtype(dtype)
+    with ThreadPoolExecutor(workers or min(8, os.cpu_count() or 1)) as pool:
+        for path, spec in flatten(specs):
+            entries = plan[path]
+            yield path, _host_param(pool, reader, entries, spec.shape, _target_dtype(reader, entries, spec, dtype))
 
 
 def _streams_layers(sharding) -> bool:
@@ -318,6 +346,9 @@ class DictReader:
 
     def shape(self, key):
         return tuple(self._t[key].shape)
+
+    def dtype(self, key):
+        return self._t[key].dtype
 
     def get(self, key):
         return self._t[key]

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 from safetensors.numpy import save_file
 
@@ -62,6 +64,59 @@ def save_component(folder: str | os.PathLike, filename: str, tensors: dict[str, 
     if config is not None:
         write_json(folder / "config.json", config)
     return folder
+
+
+_ST_DTYPES = {
+    np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
+    np.dtype(ml_dtypes.bfloat16): "BF16", np.dtype(np.int64): "I64", np.dtype(np.int32): "I32",
+    np.dtype(np.int16): "I16", np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL",
+}
+
+
+def write_safetensors_stream(
+    path: str | os.PathLike,
+    entries: list[tuple[str, tuple[int, ...], np.dtype]],
+    arrays: Iterable[tuple[str, np.ndarray]],
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write a safetensors file tensor by tensor, holding one tensor in memory at a time.
+
+    The header needs every tensor's shape and dtype up front (``entries``); the data then
+    comes from ``arrays`` in the same order. bfloat16 (``ml_dtypes``) is written as ``BF16``,
+    which the ``safetensors`` library's NumPy writer cannot do. The file is written under a
+    temporary name and renamed when complete.
+
+    Raises:
+      ValueError: an array arrives out of order, or with another shape/dtype than announced.
+    """
+    path = Path(path)
+    header: dict = {"__metadata__": dict(metadata or {})}
+    offset = 0
+    for name, shape, dtype in entries:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # align the data section to 8 bytes, as the reference writer does
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(len(raw).to_bytes(8, "little"))
+            f.write(raw)
+            expected = iter(entries)
+            for name, array in arrays:
+                want = next(expected, None)
+                if want is None or want[0] != name or tuple(array.shape) != tuple(want[1]) or array.dtype != np.dtype(want[2]):
+                    raise ValueError(f"write_safetensors_stream: got {name} {array.dtype} {array.shape}, expected {want}")
+                f.write(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
+            if next(expected, None) is not None:
+                raise ValueError("write_safetensors_stream: fewer arrays than announced")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
 
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
