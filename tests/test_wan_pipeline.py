@@ -45,13 +45,17 @@ def test_frames_match_diffusers_after_4_steps(ours, reference, sampler):
     from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 
     latents = _latents()
+    checkpoint_scheduler = reference.scheduler
     if sampler == "euler":
         reference.scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     else:
         reference.scheduler = UniPCMultistepScheduler.from_config(ours.scheduler_config)
-    with torch.no_grad():
-        ref = reference(PROMPT, NEGATIVE, height=H, width=W, num_frames=F, num_inference_steps=4, guidance_scale=5.0,
-                        latents=torch.from_numpy(latents), output_type="np").frames
+    try:
+        with torch.no_grad():
+            ref = reference(PROMPT, NEGATIVE, height=H, width=W, num_frames=F, num_inference_steps=4,
+                            guidance_scale=5.0, latents=torch.from_numpy(latents), output_type="np").frames
+    finally:
+        reference.scheduler = checkpoint_scheduler  # the fixture is shared: leave it as loaded
     out = ours(PROMPT, NEGATIVE, height=H, width=W, num_frames=F, num_inference_steps=4, guidance_scale=5.0,
                sampler=sampler, latents=latents, output_type="float", progress=False)
     assert out.frames.shape == ref.shape == (1, F, H, W, 3)

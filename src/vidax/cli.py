@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vidax", description="JAX inference for open video generation models.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="generate a video from a prompt")
-    g.add_argument("--checkpoint", required=True, help="diffusers-layout checkpoint folder")
+    g.add_argument("--checkpoint", required=True, help="Wan checkpoint folder (diffusers layout or the original release)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--negative-prompt", default=None, help="default: the Wan reference negative prompt")
     g.add_argument("--preset", choices=sorted(PRESETS), default=None,

@@ -226,6 +226,113 @@ def t5_keymap(cfg: T5Config, keys: Any = None) -> KeyMap:
     )
 
 
+#: google/umt5-xxl as the Wan repository hard-codes it (``wan/modules/t5.py``, ``umt5_xxl``:
+#: ``vocab_size=256384, dim=4096, dim_attn=4096, dim_ffn=10240, num_heads=64, encoder_layers=24,
+#: num_buckets=32, shared_pos=False``; ``T5RelativeEmbedding`` ``max_dist=128``; ``T5LayerNorm``
+#: ``eps=1e-6``; tanh-GELU gated feed-forward). ``models_t5_umt5-xxl-enc-bf16.pth`` ships no config.
+UMT5_XXL = T5Config(
+    vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+    relative_attention_num_buckets=32, relative_attention_max_distance=128, feed_forward_proj="gated-gelu",
+    layer_norm_epsilon=1e-6, model_type="umt5",
+)
+
+
+def t5_keymap_wan_original(cfg: T5Config) -> KeyMap:
+    """Key map for the Wan repository's own T5 encoder naming (``models_t5_umt5-xxl-enc-bf16.pth``).
+
+    The Wan release stores the state dict of ``wan/modules/t5.py`` ``T5Encoder``; each name
+    and the transformers ``UMT5EncoderModel`` name it corresponds to (same tensor, same shape):
+
+    ===========================================  =========================================================
+    Wan ``T5Encoder``                            transformers ``UMT5EncoderModel``
+    ===========================================  =========================================================
+    ``token_embedding.weight``                   ``shared.weight`` (= ``encoder.embed_tokens.weight``)
+    ``blocks.N.norm1.weight``                    ``encoder.block.N.layer.0.layer_norm.weight``
+    ``blocks.N.attn.{q,k,v,o}.weight``           ``encoder.block.N.layer.0.SelfAttention.{q,k,v,o}.weight``
+    ``blocks.N.pos_embedding.embedding.weight``  ``encoder.block.N.layer.0.SelfAttention.relative_attention_bias.weight``
+    ``blocks.N.norm2.weight``                    ``encoder.block.N.layer.1.layer_norm.weight``
+    ``blocks.N.ffn.gate.0.weight``               ``encoder.block.N.layer.1.DenseReluDense.wi_0.weight`` (GELU branch)
+    ``blocks.N.ffn.fc1.weight``                  ``encoder.block.N.layer.1.DenseReluDense.wi_1.weight`` (linear branch)
+    ``blocks.N.ffn.fc2.weight``                  ``encoder.block.N.layer.1.DenseReluDense.wo.weight``
+    ``norm.weight``                              ``encoder.final_layer_norm.weight``
+    ===========================================  =========================================================
+
+    With ``shared_pos=True`` (T5, not UMT5; ``cfg.model_type == "t5"``) the one bias table is
+    the top-level ``pos_embedding.embedding.weight``.
+
+    Args:
+      cfg: the architecture (:data:`UMT5_XXL` for the Wan2.1 release, or
+        :func:`t5_config_from_wan_original_shapes`).
+
+    Raises:
+      ValueError: a non-gated feed-forward (the Wan ``T5FeedForward`` is always gated).
+    """
+    if not cfg.is_gated:
+        raise ValueError(f"t5_keymap_wan_original: the Wan T5 feed-forward is gated; got feed_forward_proj={cfg.feed_forward_proj!r}")
+    b = "blocks.{i}"
+    if cfg.per_layer_bias:
+        bias = Rule(f"{b}.pos_embedding.embedding.weight", "blocks/attn/relative_attention_bias/embedding")
+    else:
+        bias = Rule("pos_embedding.embedding.weight", "relative_attention_bias/embedding")
+    return KeyMap(
+        rules(
+            Rule("token_embedding.weight", "shared/embedding"),
+            linear_rules(f"{b}.attn.q", "blocks/attn/q", bias=False),
+            linear_rules(f"{b}.attn.k", "blocks/attn/k", bias=False),
+            linear_rules(f"{b}.attn.v", "blocks/attn/v", bias=False),
+            linear_rules(f"{b}.attn.o", "blocks/attn/o", bias=False),
+            bias,
+            norm_rules(f"{b}.norm1", "blocks/attn_norm", bias=False),
+            linear_rules(f"{b}.ffn.gate.0", "blocks/ffn/wi_0", bias=False),
+            linear_rules(f"{b}.ffn.fc1", "blocks/ffn/wi_1", bias=False),
+            linear_rules(f"{b}.ffn.fc2", "blocks/ffn/wo", bias=False),
+            norm_rules(f"{b}.norm2", "blocks/ffn_norm", bias=False),
+            norm_rules("norm", "final_norm", bias=False),
+        )
+    )
+
+
+def t5_config_from_wan_original_shapes(shapes: dict[str, tuple[int, ...]]) -> T5Config:
+    """The T5 architecture of a Wan-naming T5 state dict, read from its tensor shapes.
+
+    Every size of the Wan ``T5Encoder`` is visible in its tensors: ``token_embedding``
+    ``(vocab, dim)``, ``blocks.0.attn.q`` ``(dim_attn, dim)``, ``blocks.0.ffn.fc1``
+    ``(dim_ffn, dim)``, the relative bias table ``(num_buckets, num_heads)`` and the number
+    of blocks; the rest is fixed in ``wan/modules/t5.py`` (max distance 128, eps 1e-6,
+    tanh-GELU gating). For the released ``models_t5_umt5-xxl-enc-bf16.pth`` this is
+    exactly :data:`UMT5_XXL`.
+
+    Args:
+      shapes: ``{key: shape}`` of the state dict.
+
+    Raises:
+      CheckpointError: a tensor the Wan T5 encoder always has is missing (the message names it).
+    """
+
+    def need(key: str) -> tuple[int, ...]:
+        if key not in shapes:
+            raise CheckpointError(
+                f"not a Wan T5 encoder state dict: tensor {key!r} is missing (expected the wan/modules/t5.py "
+                "T5Encoder names: token_embedding.weight, blocks.N.attn.q.weight, blocks.N.ffn.fc1.weight, norm.weight)"
+            )
+        return tuple(shapes[key])
+
+    vocab, dim = need("token_embedding.weight")
+    need("norm.weight")
+    dim_attn = need("blocks.0.attn.q.weight")[0]
+    dim_ffn = need("blocks.0.ffn.fc1.weight")[0]
+    per_layer = "blocks.0.pos_embedding.embedding.weight" in shapes
+    buckets, heads = need("blocks.0.pos_embedding.embedding.weight" if per_layer else "pos_embedding.embedding.weight")
+    layers = 1 + max(int(k.split(".")[1]) for k in shapes if k.startswith("blocks."))
+    if dim_attn % heads:
+        raise CheckpointError(f"Wan T5 encoder: attention width {dim_attn} is not divisible by {heads} heads")
+    return T5Config(
+        vocab_size=vocab, d_model=dim, d_kv=dim_attn // heads, d_ff=dim_ffn, num_layers=layers, num_heads=heads,
+        relative_attention_num_buckets=buckets, relative_attention_max_distance=128, feed_forward_proj="gated-gelu",
+        layer_norm_epsilon=1e-6, model_type="umt5" if per_layer else "t5",
+    )
+
+
 def load_t5_encoder(folder: str | Path, dtype: Any = np.float32, **load_kwargs) -> tuple[dict, T5Config]:
     """Load a transformers text-encoder folder (``config.json`` + safetensors).
 

@@ -67,6 +67,75 @@ class WanTransformerConfig:
             cfg = dataclasses.replace(cfg, out_channels=cfg.in_channels)
         return cfg
 
+    @classmethod
+    def from_original_dict(cls, config: dict[str, Any]) -> WanTransformerConfig:
+        """Build from the ``config.json`` of an original Wan2.1 release (``WanModel``, ``Wan-AI/Wan2.1-T2V-*``).
+
+        Key mapping (``wan/modules/model.py``, ``WanModel.__init__``): ``dim`` ->
+        ``num_attention_heads * attention_head_dim`` (with ``num_heads``), ``ffn_dim``,
+        ``freq_dim``, ``in_dim`` -> ``in_channels``, ``out_dim`` -> ``out_channels``,
+        ``num_layers``, ``eps``. ``WanModel`` lists ``patch_size``, ``cross_attn_norm``,
+        ``qk_norm``, ``text_dim`` and ``window_size`` in ``ignore_for_config``, so the released
+        files do not store them: when absent they take the values every Wan2.1 config uses
+        (``(1, 2, 2)``, ``True``, ``True``, ``4096``, ``(-1, -1)``); when present they are honoured
+        (tiny test checkpoints set ``text_dim``). RoPE tables cover 1024 positions per axis
+        (``rope_params(1024, ...)`` in the reference), as diffusers' ``rope_max_seq_len``.
+
+        Raises:
+          ValueError: ``_class_name`` other than ``WanModel``; ``model_type`` other than
+            ``"t2v"`` (``i2v``, ``flf2v``, ``vace`` need image/control inputs vidax does not run);
+            ``dim`` not divisible by ``num_heads`` or an odd head size; ``qk_norm`` false; a
+            windowed attention (``window_size`` other than ``(-1, -1)``); ``text_len`` other than 512;
+            no ``model_type`` but ``in_dim != out_dim`` (an image-to-video model's input channels);
+            a missing required key. Each message names the key.
+        """
+        class_name = config.get("_class_name")
+        if class_name not in (None, "WanModel"):
+            raise ValueError(f"original Wan config.json: _class_name is {class_name!r}, expected 'WanModel'")
+        model_type = config.get("model_type", "t2v")
+        if model_type != "t2v":
+            raise ValueError(
+                f"original Wan config.json: model_type={model_type!r} is not supported; vidax runs Wan2.1 "
+                "text-to-video checkpoints (model_type 't2v') so far"
+            )
+        missing = [k for k in ("dim", "num_heads", "ffn_dim", "num_layers") if k not in config]
+        if missing:
+            raise ValueError(f"original Wan config.json: missing key(s) {missing}")
+        dim, heads = int(config["dim"]), int(config["num_heads"])
+        if heads <= 0 or dim % heads or (dim // heads) % 2:
+            raise ValueError(
+                f"original Wan config.json: dim={dim} must be divisible by num_heads={heads} into an even head size"
+            )
+        if not config.get("qk_norm", True):
+            raise ValueError("original Wan config.json: qk_norm=false is not supported (every Wan2.1 model normalises q/k)")
+        window = tuple(config.get("window_size", (-1, -1)))
+        if window != (-1, -1):
+            raise ValueError(f"original Wan config.json: window_size={list(window)} (local attention) is not supported")
+        text_len = int(config.get("text_len", 512))
+        if text_len != 512:
+            raise ValueError(f"original Wan config.json: text_len={text_len} is not supported; Wan2.1 uses 512")
+        in_dim = int(config.get("in_dim", 16))
+        if "model_type" not in config and in_dim != int(config.get("out_dim", in_dim)):
+            raise ValueError(
+                f"original Wan config.json: no model_type, and in_dim={in_dim} differs from out_dim="
+                f"{config.get('out_dim')}: this looks like an image-to-video model; vidax runs text-to-video (t2v)"
+            )
+        return cls(
+            patch_size=tuple(int(p) for p in config.get("patch_size", (1, 2, 2))),
+            num_attention_heads=heads,
+            attention_head_dim=dim // heads,
+            in_channels=in_dim,
+            out_channels=int(config.get("out_dim", in_dim)),
+            text_dim=int(config.get("text_dim", 4096)),
+            freq_dim=int(config.get("freq_dim", 256)),
+            ffn_dim=int(config["ffn_dim"]),
+            num_layers=int(config["num_layers"]),
+            cross_attn_norm=bool(config.get("cross_attn_norm", True)),
+            qk_norm="rms_norm_across_heads",
+            eps=float(config.get("eps", 1e-6)),
+            rope_max_seq_len=1024,
+        )
+
 
 # The negative prompt of the Wan repositories (wan/configs/shared_config.py, sample_neg_prompt).
 WAN_NEGATIVE_PROMPT = (

@@ -107,13 +107,17 @@ MODEL_INDEX = {
 }
 
 
-def random_state_dict(keymap, specs, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random float32 weights in the checkpoint's layout, initialised so activations stay O(1).
+def random_params(specs, rng: np.random.Generator) -> dict:
+    """Random float32 host parameters for a spec tree, initialised so activations stay O(1).
 
     Kernels: normal with std 1/sqrt(fan_in); norm scales: 1 plus small noise; biases: small
     noise; AdaLN tables: normal / sqrt(dim); embeddings and relative biases: normal * 0.5.
+    Leaves are drawn from ``rng`` in spec-tree order.
+
+    Returns:
+      a nested dict of float32 NumPy arrays structured like ``specs``.
     """
-    from vidax.core.params import flatten
+    from vidax.core.params import flatten, unflatten
 
     params = {}
     for path, spec in flatten(specs):
@@ -133,9 +137,12 @@ def random_state_dict(keymap, specs, rng: np.random.Generator) -> dict[str, np.n
         else:
             v = 0.5 * rng.standard_normal(shape, dtype=np.float32)
         params[path] = v.astype(np.float32)
-    from vidax.core.params import unflatten
+    return unflatten(params)
 
-    return to_state_dict(unflatten(params), keymap, specs)
+
+def random_state_dict(keymap, specs, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random float32 weights in the checkpoint's layout (:func:`random_params` through ``keymap`` backwards)."""
+    return to_state_dict(random_params(specs, rng), keymap, specs)
 
 
 def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_overrides: dict | None = None,

@@ -4,6 +4,35 @@
 (``transformer/diffusion_pytorch_model*.safetensors``). Parameter paths follow
 the diffusers module names, except the feed-forward pair, named ``ffn/up`` and
 ``ffn/down`` after their Megatron roles (diffusers ``ffn.net.0.proj``, ``ffn.net.2``).
+
+``transformer_keymap_original``: the Wan repository's ``WanModel``
+(``wan/modules/model.py``) as released in ``Wan-AI/Wan2.1-T2V-*``
+(``diffusion_pytorch_model*.safetensors`` beside ``config.json``). Same
+parameter paths, so both maps fill the same spec tree. The renames agree with
+diffusers' ``convert_wan_transformer_to_diffusers``
+(``diffusers/loaders/single_file_utils.py``); no tensor needs a reshape:
+
+==================================  ============================================
+original (``WanModel``)             diffusers (``WanTransformer3DModel``)
+==================================  ============================================
+``patch_embedding``                 ``patch_embedding``
+``text_embedding.0`` / ``.2``       ``condition_embedder.text_embedder.linear_1`` / ``_2``
+``time_embedding.0`` / ``.2``       ``condition_embedder.time_embedder.linear_1`` / ``_2``
+``time_projection.1``               ``condition_embedder.time_proj``
+``blocks.N.self_attn.{q,k,v,o}``    ``blocks.N.attn1.{to_q,to_k,to_v,to_out.0}``
+``blocks.N.self_attn.norm_{q,k}``   ``blocks.N.attn1.norm_{q,k}``
+``blocks.N.cross_attn.*``           ``blocks.N.attn2.*`` (same sub-names as above)
+``blocks.N.norm3`` (affine)         ``blocks.N.norm2`` (the cross-attention norm)
+``blocks.N.ffn.0`` / ``.2``         ``blocks.N.ffn.net.0.proj`` / ``ffn.net.2``
+``blocks.N.modulation`` (1, 6, D)   ``blocks.N.scale_shift_table`` (1, 6, D)
+``head.head``                       ``proj_out``
+``head.modulation`` (1, 2, D)       ``scale_shift_table`` (1, 2, D)
+==================================  ============================================
+
+The original ``norm1``/``norm2`` and ``head.norm`` are LayerNorms without
+affine parameters (no tensors); the original ``norm2`` is the pre-FFN norm,
+which is why the cross-attention norm is ``norm3`` there and ``norm2`` in
+diffusers. ``freqs`` (RoPE) is a plain attribute of ``WanModel``, not saved.
 """
 
 from __future__ import annotations
@@ -46,4 +75,51 @@ def transformer_keymap_diffusers(cfg: WanTransformerConfig) -> KeyMap:
         ),
         # diffusers lists this key as safe to ignore (older conversions carried an unused norm).
         ignore=[r".*norm_added_q\..*"],
+    )
+
+
+def transformer_keymap_original(cfg: WanTransformerConfig) -> KeyMap:
+    """Key map for a Wan2.1 transformer in the original release layout (``WanModel`` state dict).
+
+    Fills exactly the spec tree of :func:`vidax.models.wan.transformer.transformer_specs`
+    (same parameter paths as :func:`transformer_keymap_diffusers`); the table in this
+    module's docstring lists every rename. Image-to-video keys (``img_emb.*``,
+    ``cross_attn.k_img`` ...) are not mapped: the strict loader reports them as unexpected.
+
+    Args:
+      cfg: the architecture (``cross_attn_norm`` decides whether ``blocks.N.norm3`` exists).
+
+    Returns:
+      the :class:`~vidax.checkpoint.keymap.KeyMap`.
+    """
+
+    def attn(name: str, path: str) -> list[Rule]:
+        k, p = f"blocks.{{i}}.{name}", f"blocks/{path}"
+        return rules(
+            linear(f"{k}.q", f"{p}/to_q"),
+            linear(f"{k}.k", f"{p}/to_k"),
+            linear(f"{k}.v", f"{p}/to_v"),
+            linear(f"{k}.o", f"{p}/to_out"),
+            norm(f"{k}.norm_q", f"{p}/norm_q", bias=False),
+            norm(f"{k}.norm_k", f"{p}/norm_k", bias=False),
+        )
+
+    ce = "condition_embedder"
+    return KeyMap(
+        rules(
+            conv("patch_embedding", "patch_embedding", dims=3),
+            linear("time_embedding.0", f"{ce}/time_embedder/linear_1"),
+            linear("time_embedding.2", f"{ce}/time_embedder/linear_2"),
+            linear("time_projection.1", f"{ce}/time_proj"),
+            linear("text_embedding.0", f"{ce}/text_embedder/linear_1"),
+            linear("text_embedding.2", f"{ce}/text_embedder/linear_2"),
+            attn("self_attn", "attn1"),
+            attn("cross_attn", "attn2"),
+            norm("blocks.{i}.norm3", "blocks/norm2") if cfg.cross_attn_norm else [],
+            linear("blocks.{i}.ffn.0", "blocks/ffn/up"),
+            linear("blocks.{i}.ffn.2", "blocks/ffn/down"),
+            Rule("blocks.{i}.modulation", "blocks/scale_shift_table"),
+            linear("head.head", "proj_out"),
+            Rule("head.modulation", "scale_shift_table"),
+        )
     )

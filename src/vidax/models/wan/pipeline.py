@@ -7,13 +7,15 @@ classifier-free guidance ``uncond + g * (cond - uncond)``, the scheduler's step,
 latents de-normalised with the VAE's mean/std, VAE decode, frames mapped from
 ``[-1, 1]`` to ``[0, 255]``.
 
+Checkpoints load from either published layout (diffusers, or the original Wan2.1 release);
+:mod:`vidax.models.wan.layout` detects which and names the files and key maps.
+
 The sampling loop is a host Python loop around one compiled transformer step
 (both CFG halves in one batch); shapes are static, so it compiles once per run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import time
@@ -28,18 +30,16 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.core.attention import AttentionImpl
-from vidax.encoders.t5 import T5Config, encode_prompts, t5_keymap, t5_specs
+from vidax.encoders.t5 import encode_prompts, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, clean_prompt
 from vidax.models.wan import vae as wan_vae
-from vidax.models.wan.config import WanTransformerConfig
-from vidax.models.wan.keymap import transformer_keymap_diffusers
+from vidax.models.wan.layout import DIFFUSERS_PARTS, ORIGINAL_T2V_FLOW_SHIFT, resolve_checkpoint
 from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
 from vidax.schedulers import scheduler_from_config
 
 # The parts a diffusers-layout Wan checkpoint folder must have.
-PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+PARTS = DIFFUSERS_PARTS
 VAE_SCALE_TEMPORAL = 4
 VAE_SCALE_SPATIAL = 8
 MAX_SEQUENCE_LENGTH = 512
@@ -67,34 +67,21 @@ def check_inputs(height: int, width: int, num_frames: int, spatial_multiple: int
 
 
 def check_checkpoint_dir(folder: str | os.PathLike) -> Path:
-    """Check that ``folder`` is a diffusers-layout Wan checkpoint, naming any missing part.
+    """Check that ``folder`` is a Wan2.1 checkpoint in either layout, naming any missing part.
+
+    Layouts (see :mod:`vidax.models.wan.layout`): diffusers (``model_index.json``,
+    ``transformer/``, ``vae/``, ``text_encoder/``, ``tokenizer/``, ``scheduler/``) or the
+    original Wan2.1 release (``config.json``, ``diffusion_pytorch_model*.safetensors``,
+    ``Wan2.1_VAE.pth``, ``models_t5_umt5-xxl-enc-bf16.pth``, ``google/umt5-xxl/``).
+
+    Returns:
+      ``folder`` as a Path.
 
     Raises:
-      CheckpointError: the folder, its ``model_index.json`` or one of
-        transformer/vae/text_encoder/tokenizer/scheduler is missing.
+      CheckpointError: the folder is missing, matches neither layout (the message says what
+        each needs), or lacks parts of its layout (all named).
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CheckpointError(f"{folder}: checkpoint folder not found")
-    index = folder / "model_index.json"
-    if not index.is_file():
-        raise CheckpointError(f"{folder}: no model_index.json; pass a diffusers-layout Wan checkpoint folder")
-    missing = [p for p in PARTS if not (folder / p).is_dir()]
-    if missing:
-        raise CheckpointError(f"{folder}: checkpoint is missing its {', '.join(missing)} folder(s); re-download them")
-    for part in ("transformer", "vae", "text_encoder"):
-        if not (folder / part / "config.json").is_file():
-            raise CheckpointError(f"{folder / part}: config.json is missing")
-    if not (folder / "scheduler" / "scheduler_config.json").is_file():
-        raise CheckpointError(f"{folder / 'scheduler'}: scheduler_config.json is missing")
-    return folder
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+    return resolve_checkpoint(folder).folder
 
 
 @dataclass
@@ -113,7 +100,7 @@ class WanOutput:
 
 
 class WanPipeline:
-    """Wan2.1 text-to-video, loaded once from a diffusers-layout folder.
+    """Wan2.1 text-to-video, loaded once from a diffusers-layout or original-release folder.
 
     Example::
 
@@ -123,8 +110,9 @@ class WanPipeline:
     """
 
     def __init__(self, folder: Path, transformer_cfg, transformer_params, vae_cfg, vae_params,
-                 text_cfg, text_params, tokenizer, scheduler_config, attention: str = "xla"):
+                 text_cfg, text_params, tokenizer, scheduler_config, attention: str = "xla", layout: str = "diffusers"):
         self.folder = folder
+        self.layout = layout  # "diffusers" or "original" (vidax.models.wan.layout)
         self.transformer_cfg = transformer_cfg
         self.transformer_params = transformer_params
         self.vae_cfg = vae_cfg
@@ -148,11 +136,16 @@ class WanPipeline:
         vae_dtype: Any = "float32",
         attention: str = "xla",
     ) -> WanPipeline:
-        """Load a diffusers-layout Wan2.1 T2V folder.
+        """Load a Wan2.1 T2V folder in either layout, detected by :func:`vidax.models.wan.layout.resolve_checkpoint`.
 
         Args:
-          folder: holds ``model_index.json``, ``transformer/``, ``vae/``, ``text_encoder/``,
-            ``tokenizer/``, ``scheduler/`` (as ``WanPipeline.save_pretrained`` writes them).
+          folder: diffusers layout: ``model_index.json``, ``transformer/``, ``vae/``,
+            ``text_encoder/``, ``tokenizer/``, ``scheduler/`` (as ``WanPipeline.save_pretrained``
+            writes them). Original Wan2.1 release: ``config.json`` +
+            ``diffusion_pytorch_model*.safetensors``, ``Wan2.1_VAE.pth``,
+            ``models_t5_umt5-xxl-enc-bf16.pth``, ``google/umt5-xxl/``; it has no scheduler config,
+            so sampling uses the Wan repository's UniPC settings (:data:`WAN_UNIPC`) with flow shift
+            5.0 (``generate.py``'s t2v default) unless ``flow_shift`` is passed to the call.
           dtype: transformer weight dtype ("bfloat16" or "float32"); norms, embedders and
             AdaLN tables stay float32 regardless.
           text_encoder_dtype: UMT5 dtype, float32 by default (paper Table 4 fault 2).
@@ -160,29 +153,43 @@ class WanPipeline:
           attention: attention implementation ("xla" or "chunked").
 
         Raises:
-          CheckpointError: a missing part, a corrupt file, or weights that do not match
-            their ``config.json`` (all mismatches listed at once).
+          CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
+            not the transformer's ``text_dim``, or weights that do not match their configuration
+            (all mismatches listed at once).
+          ValueError: an unsupported configuration (e.g. an image-to-video model).
         """
         t0 = time.perf_counter()
-        folder = check_checkpoint_dir(folder)
-        tcfg = WanTransformerConfig.from_dict(_read_json(folder / "transformer" / "config.json"))
+        ckpt = resolve_checkpoint(folder)
+        maps = ckpt.maps
+        tcfg = ckpt.transformer_config()
         tparams = load_params(
-            CheckpointReader(folder / "transformer"), transformer_keymap_diffusers(tcfg), transformer_specs(tcfg),
-            jnp.dtype(dtype), source=str(folder / "transformer"),
+            ckpt.transformer_reader(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
+            jnp.dtype(dtype), source=str(ckpt.transformer_weights),
         )
-        vcfg = wan_vae.WanVAEConfig.from_dict(_read_json(folder / "vae" / "config.json"))
+        vreader = ckpt.vae_reader()
+        vcfg = ckpt.vae_config(vreader)
         vparams = load_params(
-            CheckpointReader(folder / "vae"), wan_vae.vae_keymap(vcfg), wan_vae.vae_specs(vcfg),
-            jnp.dtype(vae_dtype), source=str(folder / "vae"),
+            vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), jnp.dtype(vae_dtype), source=str(ckpt.vae_weights),
         )
-        ecfg = T5Config.from_dict(_read_json(folder / "text_encoder" / "config.json"))
+        ereader = ckpt.text_encoder_reader()
+        ecfg = ckpt.text_encoder_config(ereader)
+        if ecfg.d_model != tcfg.text_dim:
+            raise CheckpointError(
+                f"{ckpt.folder}: the text encoder is {ecfg.d_model} wide but the transformer expects text_dim="
+                f"{tcfg.text_dim}; the components belong to different models"
+            )
         eparams = load_params(
-            CheckpointReader(folder / "text_encoder"), t5_keymap(ecfg), t5_specs(ecfg),
-            jnp.dtype(text_encoder_dtype), source=str(folder / "text_encoder"),
+            ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg), jnp.dtype(text_encoder_dtype),
+            source=str(ckpt.text_encoder_weights),
         )
-        tokenizer = Tokenizer.from_folder(folder / "tokenizer")
-        sched_cfg = _read_json(folder / "scheduler" / "scheduler_config.json")
-        pipe = cls(folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention)
+        tokenizer = Tokenizer.from_folder(ckpt.tokenizer)
+        sched_cfg = ckpt.scheduler_config()
+        if sched_cfg is None:
+            # Original release: the Wan repository's T2V sampler (wan/text2video.py: FlowUniPCMultistepScheduler,
+            # the configuration below) at generate.py's default t2v shift; flow_shift / presets override it.
+            sched_cfg = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
+        pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention,
+                   layout=ckpt.layout)
         jax.block_until_ready((tparams, vparams, eparams))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe

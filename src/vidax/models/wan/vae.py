@@ -200,6 +200,16 @@ class WanVAEConfig:
         return 2 ** (len(self.dim_mult) - 1)
 
 
+#: The Wan2.1 VAE as the original release hard-codes it (``wan/modules/vae.py``: ``_video_vae``
+#: with ``dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+#: temperal_downsample=[False, True, True]``; ``WanVAE.mean`` / ``std`` as latent statistics).
+#: ``Wan2.1_VAE.pth`` comes with no config file; these are also diffusers' defaults.
+WAN21_VAE_ORIGINAL = WanVAEConfig(
+    base_dim=96, z_dim=16, dim_mult=(1, 2, 4, 4), num_res_blocks=2, attn_scales=(),
+    temperal_downsample=(False, True, True), latents_mean=_WAN21_LATENTS_MEAN, latents_std=_WAN21_LATENTS_STD,
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Architecture plan: shared by the parameter declaration and the forward functions
 # ---------------------------------------------------------------------------------------------
@@ -242,93 +252,109 @@ def _decoder_plan(cfg: WanVAEConfig) -> tuple[list[tuple[int, int, int, str | No
 
 
 # ---------------------------------------------------------------------------------------------
-# Parameter declaration and the diffusers key map (one walk produces both)
+# Parameter declaration and the key maps (one walk produces the specs and both layouts' rules)
 # ---------------------------------------------------------------------------------------------
 
 
 class _Declaration:
-    """Collects parameter specs (paths mirror the diffusers module names) and key-map rules."""
+    """Collects parameter specs (paths mirror the diffusers module names) and key-map rules.
+
+    Every declaring method takes the diffusers module name ``key`` (which also names the
+    parameter path) and the same module's name ``orig`` in the original Wan release
+    (``wan/modules/vae.py``, ``WanVAE_``); ``rules`` and ``original_rules`` fill the same paths.
+    """
 
     def __init__(self):
         self.specs: dict[str, ParamSpec] = {}
         self.rules: list[Rule] = []
+        self.original_rules: list[Rule] = []
 
-    def conv3d(self, key: str, cin: int, cout: int, kernel: tuple[int, int, int]):
+    def conv3d(self, key: str, orig: str, cin: int, cout: int, kernel: tuple[int, int, int]):
         path = key.replace(".", "/")
         self.specs[f"{path}/kernel"] = ParamSpec((*kernel, cin, cout))
         self.specs[f"{path}/bias"] = ParamSpec((cout,))
         self.rules += conv(key, path, dims=3)
+        self.original_rules += conv(orig, path, dims=3)
 
-    def conv2d(self, key: str, cin: int, cout: int, k: int):
+    def conv2d(self, key: str, orig: str, cin: int, cout: int, k: int):
         path = key.replace(".", "/")
         self.specs[f"{path}/kernel"] = ParamSpec((k, k, cin, cout))
         self.specs[f"{path}/bias"] = ParamSpec((cout,))
         self.rules += conv(key, path, dims=2)
+        self.original_rules += conv(orig, path, dims=2)
 
-    def rms_gamma(self, key: str, dim: int, images: bool):
-        # WanRMS_norm.gamma is stored with trailing broadcast dims: (C, 1, 1) for images, (C, 1, 1, 1) for video.
+    def rms_gamma(self, key: str, orig: str, dim: int, images: bool):
+        # WanRMS_norm.gamma is stored with trailing broadcast dims: (C, 1, 1) for images, (C, 1, 1, 1) for video
+        # (the same in the original RMS_norm; its bias is the constant 0., not a tensor).
         path = key.replace(".", "/")
         self.specs[f"{path}/scale"] = ParamSpec((dim, 1, 1) if images else (dim, 1, 1, 1), fp32=True)
         self.rules += norm(key, path, bias=False, weight_name="gamma")
+        self.original_rules += norm(orig, path, bias=False, weight_name="gamma")
 
-    def res_block(self, key: str, cin: int, cout: int):
-        self.rms_gamma(f"{key}.norm1", cin, images=False)
-        self.conv3d(f"{key}.conv1", cin, cout, (3, 3, 3))
-        self.rms_gamma(f"{key}.norm2", cout, images=False)
-        self.conv3d(f"{key}.conv2", cout, cout, (3, 3, 3))
+    def res_block(self, key: str, orig: str, cin: int, cout: int):
+        # Original ResidualBlock.residual = Sequential(RMS_norm, SiLU, conv, RMS_norm, SiLU, Dropout, conv).
+        self.rms_gamma(f"{key}.norm1", f"{orig}.residual.0", cin, images=False)
+        self.conv3d(f"{key}.conv1", f"{orig}.residual.2", cin, cout, (3, 3, 3))
+        self.rms_gamma(f"{key}.norm2", f"{orig}.residual.3", cout, images=False)
+        self.conv3d(f"{key}.conv2", f"{orig}.residual.6", cout, cout, (3, 3, 3))
         if cin != cout:
-            self.conv3d(f"{key}.conv_shortcut", cin, cout, (1, 1, 1))
+            self.conv3d(f"{key}.conv_shortcut", f"{orig}.shortcut", cin, cout, (1, 1, 1))
 
-    def attn_block(self, key: str, dim: int):
-        self.rms_gamma(f"{key}.norm", dim, images=True)
-        self.conv2d(f"{key}.to_qkv", dim, 3 * dim, 1)
-        self.conv2d(f"{key}.proj", dim, dim, 1)
+    def attn_block(self, key: str, orig: str, dim: int):
+        self.rms_gamma(f"{key}.norm", f"{orig}.norm", dim, images=True)
+        self.conv2d(f"{key}.to_qkv", f"{orig}.to_qkv", dim, 3 * dim, 1)
+        self.conv2d(f"{key}.proj", f"{orig}.proj", dim, dim, 1)
 
-    def resample(self, key: str, dim: int, mode: str):
+    def resample(self, key: str, orig: str, dim: int, mode: str):
         if mode in ("up2d", "up3d"):
-            self.conv2d(f"{key}.resample.1", dim, dim // 2, 3)
+            self.conv2d(f"{key}.resample.1", f"{orig}.resample.1", dim, dim // 2, 3)
             if mode == "up3d":
-                self.conv3d(f"{key}.time_conv", dim, 2 * dim, (3, 1, 1))
+                self.conv3d(f"{key}.time_conv", f"{orig}.time_conv", dim, 2 * dim, (3, 1, 1))
         elif mode in ("down2d", "down3d"):
-            self.conv2d(f"{key}.resample.1", dim, dim, 3)
+            self.conv2d(f"{key}.resample.1", f"{orig}.resample.1", dim, dim, 3)
             if mode == "down3d":
-                self.conv3d(f"{key}.time_conv", dim, dim, (3, 1, 1))
+                self.conv3d(f"{key}.time_conv", f"{orig}.time_conv", dim, dim, (3, 1, 1))
         else:
             raise ValueError(f"unknown resample mode {mode!r}")
 
-    def mid_block(self, key: str, dim: int):
-        self.res_block(f"{key}.resnets.0", dim, dim)
-        self.attn_block(f"{key}.attentions.0", dim)
-        self.res_block(f"{key}.resnets.1", dim, dim)
+    def mid_block(self, key: str, orig: str, dim: int):
+        # Original: middle = Sequential(ResidualBlock, AttentionBlock, ResidualBlock).
+        self.res_block(f"{key}.resnets.0", f"{orig}.0", dim, dim)
+        self.attn_block(f"{key}.attentions.0", f"{orig}.1", dim)
+        self.res_block(f"{key}.resnets.1", f"{orig}.2", dim, dim)
 
 
 @functools.lru_cache(maxsize=16)
 def _declare(cfg: WanVAEConfig) -> _Declaration:
     d = _Declaration()
     enc_plan, enc_mid = _encoder_plan(cfg)
-    d.conv3d("encoder.conv_in", cfg.in_channels, cfg.base_dim, (3, 3, 3))
+    d.conv3d("encoder.conv_in", "encoder.conv1", cfg.in_channels, cfg.base_dim, (3, 3, 3))
     for j, (kind, cin, cout) in enumerate(enc_plan):
-        key = f"encoder.down_blocks.{j}"
+        # The original encoder.downsamples is the same flat Sequential as diffusers' down_blocks.
+        key, orig = f"encoder.down_blocks.{j}", f"encoder.downsamples.{j}"
         if kind == "res":
-            d.res_block(key, cin, cout)
+            d.res_block(key, orig, cin, cout)
         else:
-            d.resample(key, cout, kind)
-    d.mid_block("encoder.mid_block", enc_mid)
-    d.rms_gamma("encoder.norm_out", enc_mid, images=False)
-    d.conv3d("encoder.conv_out", enc_mid, 2 * cfg.z_dim, (3, 3, 3))
-    d.conv3d("quant_conv", 2 * cfg.z_dim, 2 * cfg.z_dim, (1, 1, 1))
-    d.conv3d("post_quant_conv", cfg.z_dim, cfg.z_dim, (1, 1, 1))
+            d.resample(key, orig, cout, kind)
+    d.mid_block("encoder.mid_block", "encoder.middle", enc_mid)
+    d.rms_gamma("encoder.norm_out", "encoder.head.0", enc_mid, images=False)
+    d.conv3d("encoder.conv_out", "encoder.head.2", enc_mid, 2 * cfg.z_dim, (3, 3, 3))
+    d.conv3d("quant_conv", "conv1", 2 * cfg.z_dim, 2 * cfg.z_dim, (1, 1, 1))
+    d.conv3d("post_quant_conv", "conv2", cfg.z_dim, cfg.z_dim, (1, 1, 1))
     dec_plan, dec_mid = _decoder_plan(cfg)
-    d.conv3d("decoder.conv_in", cfg.z_dim, dec_mid, (3, 3, 3))
-    d.mid_block("decoder.mid_block", dec_mid)
+    d.conv3d("decoder.conv_in", "decoder.conv1", cfg.z_dim, dec_mid, (3, 3, 3))
+    d.mid_block("decoder.mid_block", "decoder.middle", dec_mid)
+    flat = 0  # the original decoder.upsamples is one flat Sequential: per stage its resnets, then its upsampler
     for i, (cin, cout, n_res, mode) in enumerate(dec_plan):
         for r in range(n_res):
-            d.res_block(f"decoder.up_blocks.{i}.resnets.{r}", cin if r == 0 else cout, cout)
+            d.res_block(f"decoder.up_blocks.{i}.resnets.{r}", f"decoder.upsamples.{flat}", cin if r == 0 else cout, cout)
+            flat += 1
         if mode is not None:
-            d.resample(f"decoder.up_blocks.{i}.upsamplers.0", cout, mode)
+            d.resample(f"decoder.up_blocks.{i}.upsamplers.0", f"decoder.upsamples.{flat}", cout, mode)
+            flat += 1
     out_dim = dec_plan[-1][1]
-    d.rms_gamma("decoder.norm_out", out_dim, images=False)
-    d.conv3d("decoder.conv_out", out_dim, cfg.out_channels, (3, 3, 3))
+    d.rms_gamma("decoder.norm_out", "decoder.head.0", out_dim, images=False)
+    d.conv3d("decoder.conv_out", "decoder.head.2", out_dim, cfg.out_channels, (3, 3, 3))
     return d
 
 
@@ -351,6 +377,104 @@ def vae_keymap(cfg: WanVAEConfig) -> KeyMap:
     exactly one slot of :func:`vae_specs` (the model has no buffers, nothing is ignored).
     """
     return KeyMap(rules=list(_declare(cfg).rules))
+
+
+def vae_keymap_original(cfg: WanVAEConfig) -> KeyMap:
+    """Key map from the original Wan2.1 VAE file (``Wan2.1_VAE.pth``, a ``WanVAE_`` state dict).
+
+    Same parameter paths and shapes as :func:`vae_keymap` (both come from one walk of the
+    architecture), so it fills :func:`vae_specs` exactly. Renames (the reference is
+    ``wan/modules/vae.py``; they agree with diffusers' ``convert_wan_vae_to_diffusers`` for
+    the released configuration):
+
+    * ``encoder.conv1`` / ``decoder.conv1`` -> ``*.conv_in``; top-level ``conv1`` ->
+      ``quant_conv``, ``conv2`` -> ``post_quant_conv``;
+    * ``encoder.downsamples.J`` -> ``encoder.down_blocks.J`` (same flat index);
+    * ``decoder.upsamples.K`` (one flat list: per stage ``num_res_blocks + 1`` residual blocks,
+      then the upsampler) -> ``decoder.up_blocks.I.resnets.R`` / ``.upsamplers.0``; for the
+      released config K = 0-2, 3, 4-6, 7, 8-10, 11, 12-14;
+    * ``*.middle.0/1/2`` -> ``*.mid_block.resnets.0`` / ``attentions.0`` / ``resnets.1``;
+    * ``*.head.0`` (RMS norm) / ``*.head.2`` (conv) -> ``*.norm_out`` / ``*.conv_out``;
+    * in a residual block ``residual.0`` / ``residual.2`` / ``residual.3`` / ``residual.6`` /
+      ``shortcut`` -> ``norm1`` / ``conv1`` / ``norm2`` / ``conv2`` / ``conv_shortcut``.
+
+    No tensor is reshaped: RMS-norm ``gamma`` is ``(C, 1, 1, 1)`` (``(C, 1, 1)`` in attention
+    blocks) in both layouts.
+    """
+    return KeyMap(rules=list(_declare(cfg).original_rules))
+
+
+def vae_config_from_original_shapes(shapes: dict[str, tuple[int, ...]]) -> WanVAEConfig:
+    """The :class:`WanVAEConfig` an original-layout VAE state dict was built with, from its tensor shapes.
+
+    The original release stores no VAE config (``_video_vae`` in ``wan/modules/vae.py``
+    hard-codes ``dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+    temperal_downsample=[False, True, True]``, i.e. :data:`WAN21_VAE_ORIGINAL`), so the
+    settings are read back from the tensors: ``base_dim`` and ``z_dim`` from
+    ``encoder.conv1`` / ``conv2``; the stages, ``num_res_blocks``, ``dim_mult`` and
+    ``temperal_downsample`` from the entries of ``encoder.downsamples`` (residual blocks
+    have ``residual.*``, resamples ``resample.1`` and, when temporal, ``time_conv``).
+    Latent statistics are the Wan2.1 ones (``WanVAE.mean`` / ``std`` in the reference).
+    For the released file this gives exactly :data:`WAN21_VAE_ORIGINAL`; loading then checks
+    every tensor strictly against it.
+
+    Args:
+      shapes: ``{key: shape}`` of the state dict (PyTorch layout).
+
+    Raises:
+      CheckpointError: the keys are not an original Wan2.1 VAE (naming what was looked for), or
+        ``z_dim`` is not 16 (the only size the hard-coded latent statistics fit).
+    """
+    from vidax.checkpoint.errors import CheckpointError
+
+    def need(key: str) -> tuple[int, ...]:
+        if key not in shapes:
+            raise CheckpointError(
+                f"not an original-layout Wan2.1 VAE state dict: tensor {key!r} is missing "
+                "(expected keys such as encoder.conv1.weight, encoder.downsamples.0.residual.0.gamma, conv2.weight)"
+            )
+        return tuple(shapes[key])
+
+    base_dim = need("encoder.conv1.weight")[0]
+    in_channels = need("encoder.conv1.weight")[1]
+    z_dim = need("conv2.weight")[0]
+    if z_dim != WAN21_VAE_ORIGINAL.z_dim:
+        raise CheckpointError(
+            f"original Wan2.1 VAE: conv2.weight says z_dim={z_dim}, but the original release's latent statistics "
+            f"(hard-coded in wan/modules/vae.py) are for z_dim={WAN21_VAE_ORIGINAL.z_dim}"
+        )
+    out_channels = need("decoder.head.2.weight")[0]
+    entries: dict[int, str] = {}
+    for key in shapes:
+        if key.startswith("encoder.downsamples."):
+            j = int(key.split(".")[2])
+            kind = "res" if ".residual." in key or ".shortcut." in key else "resample"
+            entries[j] = "res" if entries.get(j) == "res" or kind == "res" else "resample"
+    if not entries or sorted(entries) != list(range(len(entries))):
+        raise CheckpointError(f"not an original-layout Wan2.1 VAE state dict: encoder.downsamples indices {sorted(entries)}")
+    n_resample = sum(1 for k in entries.values() if k == "resample")
+    stages = n_resample + 1
+    n_res = (len(entries) - n_resample) // stages
+    if n_res < 1 or n_res * stages + n_resample != len(entries):
+        raise CheckpointError(
+            f"original Wan2.1 VAE: encoder.downsamples has {len(entries)} entries with {n_resample} resamples, "
+            "which is not stages x residual blocks + resamples"
+        )
+    dim_mult, temporal = [], []
+    j = 0
+    for stage in range(stages):
+        out = need(f"encoder.downsamples.{j + n_res - 1}.residual.6.weight")[0]
+        if out % base_dim:
+            raise CheckpointError(f"original Wan2.1 VAE: stage {stage} width {out} is not a multiple of base {base_dim}")
+        dim_mult.append(out // base_dim)
+        j += n_res
+        if stage != stages - 1:
+            temporal.append(f"encoder.downsamples.{j}.time_conv.weight" in shapes)
+            j += 1
+    return dataclasses.replace(
+        WAN21_VAE_ORIGINAL, base_dim=base_dim, z_dim=z_dim, dim_mult=tuple(dim_mult), num_res_blocks=n_res,
+        temperal_downsample=tuple(temporal), in_channels=in_channels, out_channels=out_channels,
+    )
 
 
 def load_vae(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[WanVAEConfig, dict]:

@@ -1,0 +1,344 @@
+"""Wan checkpoint folder layouts: which files hold which component, and which key maps read them.
+
+Two layouts of the same Wan2.1 T2V weights are published:
+
+``"diffusers"`` (e.g. ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``; what ``WanPipeline.save_pretrained`` writes)
+    ``model_index.json``; ``transformer/`` (``config.json`` + safetensors, diffusers names);
+    ``vae/`` (``config.json`` + safetensors); ``text_encoder/`` (transformers ``UMT5EncoderModel``);
+    ``tokenizer/``; ``scheduler/scheduler_config.json``.
+
+``"original"`` (e.g. ``Wan-AI/Wan2.1-T2V-1.3B``; what the Wan repository's ``generate.py`` reads)
+    ``config.json`` (``_class_name: "WanModel"``) + ``diffusion_pytorch_model.safetensors``
+    (or ``diffusion_pytorch_model-0000N-of-0000M.safetensors`` + ``...safetensors.index.json``)
+    with the ``WanModel`` names; ``Wan2.1_VAE.pth`` (a ``torch.save`` state dict of ``WanVAE_``);
+    ``models_t5_umt5-xxl-enc-bf16.pth`` (the Wan repository's own T5 encoder names, bfloat16);
+    ``google/umt5-xxl/`` (the tokenizer). No VAE, text-encoder or scheduler config: the Wan
+    repository hard-codes them (``wan/modules/vae.py``, ``wan/modules/t5.py``,
+    ``wan/text2video.py``), and so do we (:data:`~vidax.models.wan.vae.WAN21_VAE_ORIGINAL`,
+    :data:`~vidax.encoders.t5.UMT5_XXL`; the sizes are read back from the tensor shapes, which
+    for the released files gives exactly those).
+
+:func:`detect_layout` tells them apart by the files present (``model_index.json`` =>
+diffusers; ``config.json`` naming ``WanModel``, or the original ``.pth`` files, => original),
+and by the transformer's tensor names when ``config.json`` does not say.
+:func:`resolve_checkpoint` returns a :class:`WanCheckpoint`: the path of every component
+and the :class:`WanLayout` (config readers and key maps, one set per layout, as data) to read
+them with; it names every missing file of the detected layout.
+
+A later model family adds its layouts the same way: a ``LAYOUTS`` table of key maps and a
+resolver naming the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.keymap import KeyMap
+from vidax.encoders.t5 import T5Config, t5_config_from_wan_original_shapes, t5_keymap, t5_keymap_wan_original
+from vidax.models.wan import vae as wan_vae
+from vidax.models.wan.config import WanTransformerConfig
+from vidax.models.wan.keymap import transformer_keymap_diffusers, transformer_keymap_original
+
+DIFFUSERS = "diffusers"
+ORIGINAL = "original"
+
+#: The parts (sub-folders) of a diffusers-layout Wan pipeline folder.
+DIFFUSERS_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+
+#: File names of the original Wan2.1 T2V release (``wan/configs/wan_t2v_*.py``).
+ORIGINAL_CONFIG = "config.json"
+ORIGINAL_TRANSFORMER = "diffusion_pytorch_model.safetensors"
+ORIGINAL_TRANSFORMER_INDEX = "diffusion_pytorch_model.safetensors.index.json"
+ORIGINAL_VAE = "Wan2.1_VAE.pth"
+ORIGINAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
+ORIGINAL_TOKENIZER = "google/umt5-xxl"
+
+#: Flow shift the Wan repository samples T2V with when none is given (``generate.py``,
+#: ``_validate_args``: ``sample_shift = 5.0`` for t2v); an explicit ``flow_shift`` / preset overrides it.
+ORIGINAL_T2V_FLOW_SHIFT = 5.0
+
+# Tensor names that only one transformer layout has (used when config.json does not say).
+_ORIGINAL_MARK = ".self_attn.q.weight"
+_DIFFUSERS_MARK = ".attn1.to_q.weight"
+
+
+@dataclass(frozen=True)
+class WanLayout:
+    """How one layout is read: config parsers and key maps (data, one set per layout).
+
+    Attributes:
+      name: ``"diffusers"`` or ``"original"``.
+      transformer_config: ``config.json`` dict -> :class:`WanTransformerConfig`.
+      transformer_keymap, vae_keymap, text_encoder_keymap: config -> :class:`KeyMap`.
+    """
+
+    name: str
+    transformer_config: Callable[[dict], WanTransformerConfig]
+    transformer_keymap: Callable[[WanTransformerConfig], KeyMap]
+    vae_keymap: Callable[[wan_vae.WanVAEConfig], KeyMap]
+    text_encoder_keymap: Callable[[T5Config], KeyMap]
+
+
+LAYOUTS: dict[str, WanLayout] = {
+    DIFFUSERS: WanLayout(
+        DIFFUSERS, WanTransformerConfig.from_dict, transformer_keymap_diffusers, wan_vae.vae_keymap, t5_keymap
+    ),
+    ORIGINAL: WanLayout(
+        ORIGINAL, WanTransformerConfig.from_original_dict, transformer_keymap_original, wan_vae.vae_keymap_original,
+        t5_keymap_wan_original,
+    ),
+}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def _reader(path: Path):
+    from vidax.checkpoint.safetensors_io import CheckpointReader
+
+    return CheckpointReader(path)
+
+
+def _shapes(reader: Any) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(reader.shape(k)) for k in reader.keys()}
+
+
+@dataclass(frozen=True)
+class WanCheckpoint:
+    """A resolved Wan2.1 T2V checkpoint folder: where each component is, and how to read it.
+
+    Paths are absolute-or-as-given :class:`~pathlib.Path` s that exist (checked by
+    :func:`resolve_checkpoint`). ``*_weights`` is what
+    :class:`~vidax.checkpoint.safetensors_io.CheckpointReader` takes (a file, or a folder).
+    ``*_config`` is ``None`` where the layout stores no config (the original release
+    hard-codes it; see :meth:`vae_config` / :meth:`text_encoder_config`).
+
+    Attributes:
+      folder: the checkpoint folder.
+      layout: ``"diffusers"`` or ``"original"``.
+      transformer_config_path, transformer_weights, vae_weights, vae_config_path,
+      text_encoder_weights, text_encoder_config_path, tokenizer, scheduler_config_path: paths.
+    """
+
+    folder: Path
+    layout: str
+    transformer_config_path: Path
+    transformer_weights: Path
+    vae_weights: Path
+    vae_config_path: Path | None
+    text_encoder_weights: Path
+    text_encoder_config_path: Path | None
+    tokenizer: Path
+    scheduler_config_path: Path | None
+
+    @property
+    def maps(self) -> WanLayout:
+        """The config readers and key maps of this layout."""
+        return LAYOUTS[self.layout]
+
+    def transformer_config(self) -> WanTransformerConfig:
+        """The transformer architecture from its ``config.json`` (diffusers or ``WanModel`` keys).
+
+        Raises:
+          CheckpointError: the file is not valid JSON. ValueError: an unsupported configuration.
+        """
+        return self.maps.transformer_config(_read_json(self.transformer_config_path))
+
+    def transformer_reader(self):
+        """A :class:`~vidax.checkpoint.safetensors_io.CheckpointReader` over the transformer weights."""
+        return _reader(self.transformer_weights)
+
+    def vae_reader(self):
+        """A reader over the VAE weights (safetensors folder, or ``Wan2.1_VAE.pth``)."""
+        return _reader(self.vae_weights)
+
+    def text_encoder_reader(self):
+        """A reader over the text-encoder weights (safetensors folder, or the Wan T5 ``.pth``)."""
+        return _reader(self.text_encoder_weights)
+
+    def vae_config(self, reader: Any = None) -> wan_vae.WanVAEConfig:
+        """The VAE configuration: ``vae/config.json`` (diffusers), or read from the tensor shapes (original).
+
+        Args:
+          reader: the VAE reader, if already open (original layout only; opened otherwise).
+        """
+        if self.vae_config_path is not None:
+            return wan_vae.WanVAEConfig.from_dict(_read_json(self.vae_config_path))
+        return wan_vae.vae_config_from_original_shapes(_shapes(reader if reader is not None else self.vae_reader()))
+
+    def text_encoder_config(self, reader: Any = None) -> T5Config:
+        """The text encoder: ``text_encoder/config.json`` (diffusers), or read from the tensor shapes (original).
+
+        Args:
+          reader: the text-encoder reader, if already open (original layout only).
+        """
+        if self.text_encoder_config_path is not None:
+            return T5Config.from_dict(_read_json(self.text_encoder_config_path))
+        return t5_config_from_wan_original_shapes(_shapes(reader if reader is not None else self.text_encoder_reader()))
+
+    def scheduler_config(self) -> dict | None:
+        """``scheduler/scheduler_config.json`` (diffusers), or ``None``: the original layout has none
+        (the pipeline then uses the Wan repository's UniPC settings with :data:`ORIGINAL_T2V_FLOW_SHIFT`)."""
+        return None if self.scheduler_config_path is None else _read_json(self.scheduler_config_path)
+
+
+def _transformer_key_layout(folder: Path) -> str | None:
+    """``"original"`` / ``"diffusers"`` from the transformer's tensor names in ``folder``, or ``None``."""
+    weights = _original_transformer_weights(folder)
+    if weights is None:
+        return None
+    try:
+        keys = _reader(weights).keys()
+    except CheckpointError:
+        return None
+    if any(k.endswith(_ORIGINAL_MARK) for k in keys):
+        return ORIGINAL
+    if any(k.endswith(_DIFFUSERS_MARK) for k in keys):
+        return DIFFUSERS
+    return None
+
+
+def _original_transformer_weights(folder: Path) -> Path | None:
+    if (folder / ORIGINAL_TRANSFORMER_INDEX).is_file():
+        return folder
+    if (folder / ORIGINAL_TRANSFORMER).is_file():
+        return folder / ORIGINAL_TRANSFORMER
+    return None
+
+
+_EXPECTED = (
+    "expected either a diffusers-layout Wan folder (model_index.json with transformer/, vae/, text_encoder/, "
+    "tokenizer/, scheduler/; e.g. Wan-AI/Wan2.1-T2V-1.3B-Diffusers) or an original-layout Wan2.1 release folder "
+    f"({ORIGINAL_CONFIG} of a WanModel, {ORIGINAL_TRANSFORMER} (or its sharded index), {ORIGINAL_VAE}, "
+    f"{ORIGINAL_T5}, {ORIGINAL_TOKENIZER}/; e.g. Wan-AI/Wan2.1-T2V-1.3B)"
+)
+
+
+def detect_layout(folder: str | os.PathLike) -> str:
+    """Which layout a Wan checkpoint folder is in, from the files present (no tensor data is read).
+
+    Rules, in order: ``model_index.json`` => ``"diffusers"``; a ``config.json`` whose
+    ``_class_name`` is ``WanModel`` => ``"original"``; a ``config.json`` without a class name
+    => decided by the transformer tensor names (``blocks.N.self_attn.q.weight`` original,
+    ``blocks.N.attn1.to_q.weight`` diffusers) or, failing that, by the presence of the
+    original ``.pth`` files / tokenizer folder; diffusers part folders without
+    ``model_index.json`` => ``"diffusers"`` (resolving then names the missing index);
+    original ``.pth`` files without ``config.json`` => ``"original"`` (likewise).
+
+    Returns:
+      ``"diffusers"`` or ``"original"``.
+
+    Raises:
+      CheckpointError: the folder does not exist; it is a single diffusers component folder
+        (``WanTransformer3DModel`` config: pass its parent); or it matches neither layout
+        (the message lists what each layout needs).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: checkpoint folder not found")
+    if (folder / "model_index.json").is_file():
+        return DIFFUSERS
+    original_files = [n for n in (ORIGINAL_VAE, ORIGINAL_T5, ORIGINAL_TOKENIZER) if (folder / n).exists()]
+    config_path = folder / ORIGINAL_CONFIG
+    if config_path.is_file():
+        config = _read_json(config_path)
+        class_name = config.get("_class_name")
+        if class_name == "WanModel":
+            return ORIGINAL
+        by_keys = _transformer_key_layout(folder) if class_name is None else None
+        if class_name == "WanTransformer3DModel" or by_keys == DIFFUSERS:
+            raise CheckpointError(
+                f"{folder}: this is a single diffusers transformer folder (WanTransformer3DModel); pass the pipeline "
+                "folder that holds it (with model_index.json)"
+            )
+        if by_keys == ORIGINAL or (class_name is None and original_files):
+            return ORIGINAL
+        raise CheckpointError(f"{folder}: {config_path.name} describes {class_name or 'an unknown model'}; {_EXPECTED}")
+    if any((folder / p).is_dir() for p in DIFFUSERS_PARTS):
+        return DIFFUSERS
+    if original_files:
+        return ORIGINAL
+    raise CheckpointError(f"{folder}: not a Wan checkpoint folder; {_EXPECTED}")
+
+
+def _resolve_diffusers(folder: Path) -> WanCheckpoint:
+    # Messages as check_checkpoint_dir has always given them for this layout.
+    if not (folder / "model_index.json").is_file():
+        raise CheckpointError(f"{folder}: no model_index.json; pass a diffusers-layout Wan checkpoint folder")
+    missing = [p for p in DIFFUSERS_PARTS if not (folder / p).is_dir()]
+    if missing:
+        raise CheckpointError(f"{folder}: checkpoint is missing its {', '.join(missing)} folder(s); re-download them")
+    for part in ("transformer", "vae", "text_encoder"):
+        if not (folder / part / "config.json").is_file():
+            raise CheckpointError(f"{folder / part}: config.json is missing")
+    if not (folder / "scheduler" / "scheduler_config.json").is_file():
+        raise CheckpointError(f"{folder / 'scheduler'}: scheduler_config.json is missing")
+    return WanCheckpoint(
+        folder=folder, layout=DIFFUSERS,
+        transformer_config_path=folder / "transformer" / "config.json", transformer_weights=folder / "transformer",
+        vae_weights=folder / "vae", vae_config_path=folder / "vae" / "config.json",
+        text_encoder_weights=folder / "text_encoder", text_encoder_config_path=folder / "text_encoder" / "config.json",
+        tokenizer=folder / "tokenizer", scheduler_config_path=folder / "scheduler" / "scheduler_config.json",
+    )
+
+
+def _resolve_original(folder: Path) -> WanCheckpoint:
+    missing = []
+    if not (folder / ORIGINAL_CONFIG).is_file():
+        missing.append(ORIGINAL_CONFIG)
+    weights = _original_transformer_weights(folder)
+    if weights is None:
+        missing.append(f"{ORIGINAL_TRANSFORMER} (or {ORIGINAL_TRANSFORMER_INDEX} with its shards)")
+    for name in (ORIGINAL_VAE, ORIGINAL_T5):
+        if not (folder / name).is_file():
+            missing.append(name)
+    if not (folder / ORIGINAL_TOKENIZER / "tokenizer.json").is_file():
+        missing.append(f"{ORIGINAL_TOKENIZER}/tokenizer.json")
+    if missing:
+        hint = (
+            " (this looks like a Wan2.2 two-expert release with high_noise_model/ and low_noise_model/, "
+            "which vidax does not run yet)" if (folder / "high_noise_model").is_dir() else ""
+        )
+        raise CheckpointError(
+            f"{folder}: original-layout Wan folder is missing {', '.join(missing)}; re-download "
+            f"the complete Wan2.1 release (e.g. Wan-AI/Wan2.1-T2V-1.3B){hint}"
+        )
+    return WanCheckpoint(
+        folder=folder, layout=ORIGINAL,
+        transformer_config_path=folder / ORIGINAL_CONFIG, transformer_weights=weights,
+        vae_weights=folder / ORIGINAL_VAE, vae_config_path=None,
+        text_encoder_weights=folder / ORIGINAL_T5, text_encoder_config_path=None,
+        tokenizer=folder / ORIGINAL_TOKENIZER, scheduler_config_path=None,
+    )
+
+
+def resolve_checkpoint(folder: str | os.PathLike) -> WanCheckpoint:
+    """Detect the layout of ``folder`` and check that every component file is there.
+
+    Only file existence (and ``config.json`` when detection needs it) is checked; weights are
+    opened when loaded.
+
+    Returns:
+      the :class:`WanCheckpoint`.
+
+    Raises:
+      CheckpointError: see :func:`detect_layout`; or a part of the detected layout is missing,
+        every missing part named (e.g. ``original-layout Wan folder is missing Wan2.1_VAE.pth``,
+        ``checkpoint is missing its text_encoder folder(s)``).
+    """
+    folder = Path(folder)
+    layout = detect_layout(folder)
+    return _resolve_diffusers(folder) if layout == DIFFUSERS else _resolve_original(folder)

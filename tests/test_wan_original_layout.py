@@ -1,0 +1,328 @@
+"""The original Wan2.1 release layout (``Wan-AI/Wan2.1-T2V-*``), detected and loaded beside the diffusers layout.
+
+The same tiny random weights are written in both layouts (``original_fixture``); loading either
+through the real pipeline code must give the same parameters and outputs. Independent references
+for the original names: diffusers' single-file converters (``convert_wan_transformer_to_diffusers``,
+``convert_wan_vae_to_diffusers``) and models, and a rename of the Wan ``T5Encoder`` names onto
+transformers' ``UMT5EncoderModel`` written here from ``wan/modules/t5.py``'s module structure.
+"""
+
+import json
+import re
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.keymap import from_layout
+from vidax.checkpoint.loader import plan_load
+from vidax.checkpoint.safetensors_io import CheckpointReader
+from vidax.core.params import flatten
+from vidax.encoders.t5 import UMT5_XXL, encode, t5_config_from_wan_original_shapes, t5_keymap_wan_original, t5_specs
+from vidax.models.wan import vae as wan_vae
+from vidax.models.wan.config import WanTransformerConfig
+from vidax.models.wan.keymap import transformer_keymap_original
+from vidax.models.wan.layout import detect_layout, resolve_checkpoint
+from vidax.models.wan.original_fixture import tiny_wan_weights, write_diffusers_twin, write_original_checkpoint
+from vidax.models.wan.pipeline import WanPipeline, check_checkpoint_dir
+from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+LATENT = (1, 16, 2, 4, 6)  # video 5 x 32 x 48
+
+
+def _rel(out, ref):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wan_layouts")
+    w = tiny_wan_weights(seed=5)
+    return w, write_original_checkpoint(root / "Wan2.1-T2V-tiny", weights=w), write_diffusers_twin(root / "diffusers", w)
+
+
+@pytest.fixture(scope="module")
+def pipes(folders):
+    _, orig, diff = folders
+    return WanPipeline.from_pretrained(orig, dtype="float32"), WanPipeline.from_pretrained(diff, dtype="float32")
+
+
+def _inputs(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(LATENT, dtype=np.float32), np.array([731.0], np.float32),
+            rng.standard_normal((1, 9, cfg.text_dim), dtype=np.float32))
+
+
+def _ours_transformer(pipe, latents, t, context):
+    cfg = pipe.transformer_cfg
+    cos, sin = rope_tables(cfg, latents.shape)
+    return np.asarray(forward(pipe.transformer_params, jnp.asarray(latents), jnp.asarray(t), jnp.asarray(context),
+                              cos, sin, cfg=cfg))
+
+
+# ----------------------------------------------------------------------------- both layouts, same weights
+
+
+def test_both_layouts_load_identical_parameters(pipes):
+    orig, diff = pipes
+    assert (orig.layout, diff.layout) == ("original", "diffusers")
+    assert orig.transformer_cfg == diff.transformer_cfg
+    assert orig.vae_cfg == diff.vae_cfg
+    assert orig.text_cfg == diff.text_cfg
+    for name in ("transformer_params", "vae_params", "text_params"):
+        a, b = dict(flatten(getattr(orig, name))), dict(flatten(getattr(diff, name)))
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and np.array_equal(np.asarray(a[k]), np.asarray(b[k])), (name, k)
+    # Wan's generate.py samples T2V with shift 5.0 when none is given; diffusers' folder says 3.0.
+    assert orig.scheduler_config["flow_shift"] == 5.0 and diff.scheduler_config["flow_shift"] == 3.0
+    # With the shift given, the original layout samples exactly as the diffusers folder's UniPC.
+    a, b = orig.make_scheduler(flow_shift=3.0).set_timesteps(6), diff.make_scheduler().set_timesteps(6)
+    assert type(a) is type(b) and np.array_equal(np.asarray(a.timesteps), np.asarray(b.timesteps))
+    assert not np.array_equal(np.asarray(orig.make_scheduler().set_timesteps(6).timesteps), np.asarray(b.timesteps))
+
+
+def test_outputs_equal_between_layouts(pipes):
+    orig, diff = pipes
+    latents, t, context = _inputs(orig.transformer_cfg)
+    assert _rel(_ours_transformer(orig, latents, t, context), _ours_transformer(diff, latents, t, context)) <= 1e-6
+    z = np.random.default_rng(1).standard_normal(LATENT, dtype=np.float32)
+    video_o = wan_vae.decode(orig.vae_params, orig.vae_cfg, jnp.asarray(z))
+    video_d = wan_vae.decode(diff.vae_params, diff.vae_cfg, jnp.asarray(z))
+    assert _rel(video_o, video_d) <= 1e-6
+    text_o, text_d = orig.encode_prompt(["a red panda in the snow"]), diff.encode_prompt(["a red panda in the snow"])
+    assert _rel(text_o, text_d) <= 1e-6 and float(jnp.abs(text_o).max()) > 0
+
+
+def test_sharded_original_transformer(folders, tmp_path):
+    w, orig, _ = folders
+    sharded = write_original_checkpoint(tmp_path / "sharded", weights=w, shards=3)
+    assert len(list(sharded.glob("diffusion_pytorch_model-0000?-of-00003.safetensors"))) == 3
+    ckpt = resolve_checkpoint(sharded)
+    a = CheckpointReader(resolve_checkpoint(orig).transformer_weights)
+    b = ckpt.transformer_reader()
+    assert sorted(a.keys()) == sorted(b.keys())
+    assert all(np.array_equal(a.get(k), b.get(k)) for k in a.keys())
+
+
+# ----------------------------------------------------------------------------- independent references
+
+
+def _torch_sd(path):
+    if str(path).endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _assert_same_tensors(converted: dict, expected_file):
+    expected = _torch_sd(expected_file)
+    assert sorted(converted) == sorted(expected)
+    for k, v in expected.items():
+        assert torch.equal(converted[k].float(), v.float()), k
+
+
+def test_transformer_matches_diffusers_single_file(folders, pipes):
+    from diffusers import WanTransformer3DModel
+    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+
+    _, orig, diff = folders
+    original_sd = _torch_sd(orig / "diffusion_pytorch_model.safetensors")
+    assert "blocks.0.norm3.weight" in original_sd and "head.modulation" in original_sd
+    assert original_sd["blocks.1.modulation"].shape == (1, 6, 64) and original_sd["head.modulation"].shape == (1, 2, 64)
+    # diffusers' converter maps our original names onto exactly the diffusers file's tensors.
+    _assert_same_tensors(convert_wan_transformer_to_diffusers(dict(original_sd)),
+                         diff / "transformer" / "diffusion_pytorch_model.safetensors")
+    # And diffusers' model loaded from the original file computes what we compute from it.
+    model = WanTransformer3DModel.from_single_file(
+        str(orig / "diffusion_pytorch_model.safetensors"), config=str(diff), subfolder="transformer",
+        torch_dtype=torch.float32,
+    ).eval()
+    latents, t, context = _inputs(pipes[0].transformer_cfg, seed=2)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(latents), torch.from_numpy(t), torch.from_numpy(context), return_dict=False)[0].numpy()
+    assert _rel(_ours_transformer(pipes[0], latents, t, context), ref) < 1e-5
+
+
+def test_vae_matches_diffusers_single_file(folders, pipes):
+    from diffusers import AutoencoderKLWan
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+    _, orig, diff = folders
+    original_sd = _torch_sd(orig / "Wan2.1_VAE.pth")
+    assert {"encoder.conv1.weight", "conv1.weight", "conv2.weight", "decoder.middle.0.residual.0.gamma",
+            "decoder.upsamples.4.shortcut.weight", "decoder.upsamples.3.time_conv.weight"} <= set(original_sd)
+    assert original_sd["decoder.middle.0.residual.0.gamma"].shape == (64, 1, 1, 1)
+    assert original_sd["decoder.middle.1.norm.gamma"].shape == (64, 1, 1)
+    _assert_same_tensors(convert_wan_vae_to_diffusers(dict(original_sd)), diff / "vae" / "diffusion_pytorch_model.safetensors")
+    model = AutoencoderKLWan.from_single_file(str(orig / "Wan2.1_VAE.pth"), config=str(diff), subfolder="vae",
+                                              torch_dtype=torch.float32).eval()
+    z = np.random.default_rng(3).standard_normal(LATENT, dtype=np.float32)
+    with torch.no_grad():
+        ref = model.decode(torch.from_numpy(z)).sample.numpy()
+    out = wan_vae.decode(pipes[0].vae_params, pipes[0].vae_cfg, jnp.asarray(z))
+    assert _rel(out, ref) < 1e-5
+
+
+# Wan ``T5Encoder`` (wan/modules/t5.py) -> transformers ``UMT5EncoderModel``: T5SelfAttention has
+# norm1, attn(q, k, v, o), norm2, ffn(gate=[Linear, GELU], fc1, fc2), pos_embedding(embedding);
+# the encoder has token_embedding and a final norm.
+_WAN_T5_BLOCK = {
+    "norm1.weight": "layer.0.layer_norm.weight",
+    "attn.q.weight": "layer.0.SelfAttention.q.weight",
+    "attn.k.weight": "layer.0.SelfAttention.k.weight",
+    "attn.v.weight": "layer.0.SelfAttention.v.weight",
+    "attn.o.weight": "layer.0.SelfAttention.o.weight",
+    "pos_embedding.embedding.weight": "layer.0.SelfAttention.relative_attention_bias.weight",
+    "norm2.weight": "layer.1.layer_norm.weight",
+    "ffn.gate.0.weight": "layer.1.DenseReluDense.wi_0.weight",
+    "ffn.fc1.weight": "layer.1.DenseReluDense.wi_1.weight",
+    "ffn.fc2.weight": "layer.1.DenseReluDense.wo.weight",
+}
+
+
+def _wan_t5_to_transformers(key):
+    if key == "token_embedding.weight":
+        return "shared.weight"
+    if key == "norm.weight":
+        return "encoder.final_layer_norm.weight"
+    m = re.fullmatch(r"blocks\.(\d+)\.(.+)", key)
+    return f"encoder.block.{m.group(1)}.{_WAN_T5_BLOCK[m.group(2)]}"
+
+
+def test_t5_original_names_map_onto_transformers_umt5(folders, pipes):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    _, orig, diff = folders
+    original_sd = _torch_sd(orig / "models_t5_umt5-xxl-enc-bf16.pth")
+    assert all(v.dtype == torch.bfloat16 for v in original_sd.values())  # as the released file
+    renamed = {_wan_t5_to_transformers(k): v.float() for k, v in original_sd.items()}
+    _assert_same_tensors(renamed, diff / "text_encoder" / "model.safetensors")
+    model = UMT5EncoderModel(UMT5Config.from_pretrained(diff / "text_encoder")).eval()
+    assert set(model.state_dict()) - set(renamed) == {"encoder.embed_tokens.weight"}  # tied to shared.weight
+    model.load_state_dict(renamed, strict=False)
+    # The Wan feed-forward is fc2(fc1(x) * gelu_tanh(gate.0(x))): gate.0 is the GELU branch (wi_0).
+    x = torch.randn(2, 5, 64)
+    ffn = {k.split(".", 3)[-1]: v.float() for k, v in original_sd.items() if k.startswith("blocks.0.ffn.")}
+    wan_ffn = torch.nn.functional.gelu(x @ ffn["gate.0.weight"].T, approximate="tanh") * (x @ ffn["fc1.weight"].T)
+    with torch.no_grad():
+        assert torch.allclose(model.encoder.block[0].layer[1].DenseReluDense(x), wan_ffn @ ffn["fc2.weight"].T, atol=1e-5)
+    ids, mask = pipes[0].tokenizer(["a dog walking on the beach", "a cat"], max_length=16)
+    with torch.no_grad():
+        ref = model(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long()).last_hidden_state
+    ours = encode(pipes[0].text_params, pipes[0].text_cfg, ids, mask)
+    assert _rel(ours, ref.numpy()) < 1e-5
+    assert _rel(ours, encode(pipes[1].text_params, pipes[1].text_cfg, ids, mask)) <= 1e-6
+
+
+# ----------------------------------------------------------------------------- released sizes, no weights
+
+
+class _ShapeReader:
+    def __init__(self, shapes):
+        self._s = shapes
+
+    def keys(self):
+        return list(self._s)
+
+    def shape(self, k):
+        return self._s[k]
+
+
+def _checkpoint_shapes(keymap, specs):
+    flat = dict(flatten(specs))
+    out = {}
+    for r in keymap.rules:
+        shape = flat[r.path].shape[1:] if "{i}" in r.key else flat[r.path].shape
+        ckpt_shape = from_layout(r.layout, np.broadcast_to(np.int8(0), shape)).shape
+        for i in range(flat[r.path].shape[0]) if "{i}" in r.key else [None]:
+            out[r.key if i is None else r.key.replace("{i}", str(i))] = ckpt_shape
+    return out
+
+
+def test_released_sizes_are_covered_and_inferred():
+    """The 1.3B / 14B configs, the hard-coded VAE and umt5-xxl: maps cover the specs, sizes read back exactly."""
+    for config in (dict(dim=1536, ffn_dim=8960, num_heads=12, num_layers=30),
+                   dict(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40)):
+        cfg = WanTransformerConfig.from_original_dict(
+            {"_class_name": "WanModel", "_diffusers_version": "0.30.0", "eps": 1e-06, "freq_dim": 256, "in_dim": 16,
+             "model_type": "t2v", "out_dim": 16, "text_len": 512, **config})
+        assert (cfg.dim, cfg.text_dim, cfg.patch_size, cfg.cross_attn_norm, cfg.attention_head_dim) == (
+            config["dim"], 4096, (1, 2, 2), True, 128)
+        specs, km = transformer_specs(cfg), transformer_keymap_original(cfg)
+        shapes = _checkpoint_shapes(km, specs)
+        assert len(shapes) == 2 + 10 + 27 * cfg.num_layers + 3  # patch, embedders, blocks, head (825 for 1.3B)
+        plan_load(_ShapeReader(shapes), km, specs)
+    vae = wan_vae.WAN21_VAE_ORIGINAL
+    shapes = _checkpoint_shapes(wan_vae.vae_keymap_original(vae), wan_vae.vae_specs(vae))
+    assert wan_vae.vae_config_from_original_shapes(shapes) == vae == wan_vae.WanVAEConfig()
+    assert len(shapes) == 194 and max(int(k.split(".")[2]) for k in shapes if k.startswith("decoder.upsamples")) == 14
+    shapes = _checkpoint_shapes(t5_keymap_wan_original(UMT5_XXL), t5_specs(UMT5_XXL))
+    assert t5_config_from_wan_original_shapes(shapes) == UMT5_XXL
+    assert shapes["token_embedding.weight"] == (256384, 4096) and shapes["blocks.23.ffn.gate.0.weight"] == (10240, 4096)
+
+
+def test_original_config_rejects_other_model_types():
+    for model_type in ("i2v", "flf2v", "vace"):
+        with pytest.raises(ValueError, match=f"model_type='{model_type}' is not supported.*t2v"):
+            WanTransformerConfig.from_original_dict({"_class_name": "WanModel", "model_type": model_type, "dim": 64,
+                                                     "num_heads": 2, "ffn_dim": 128, "num_layers": 1})
+
+
+# ----------------------------------------------------------------------------- detection and errors
+
+
+def test_detection_and_missing_parts(folders, tmp_path):
+    _, orig, diff = folders
+    assert detect_layout(orig) == "original" and detect_layout(diff) == "diffusers"
+    assert check_checkpoint_dir(orig) == orig and check_checkpoint_dir(diff) == diff
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="model_index.json.*Wan2.1_VAE.pth"):
+        check_checkpoint_dir(empty)
+
+    no_vae = tmp_path / "no_vae"
+    shutil.copytree(orig, no_vae)
+    (no_vae / "Wan2.1_VAE.pth").unlink()
+    with pytest.raises(CheckpointError, match="original-layout Wan folder is missing Wan2.1_VAE.pth"):
+        check_checkpoint_dir(no_vae)
+    shutil.rmtree(no_vae / "google")
+    with pytest.raises(CheckpointError, match="missing Wan2.1_VAE.pth, google/umt5-xxl/tokenizer.json"):
+        WanPipeline.from_pretrained(no_vae)
+
+    # config.json without a class name: the transformer's tensor names decide.
+    anon = tmp_path / "anon"
+    shutil.copytree(orig, anon)
+    config = json.loads((anon / "config.json").read_text())
+    del config["_class_name"]
+    (anon / "config.json").write_text(json.dumps(config))
+    (anon / "Wan2.1_VAE.pth").unlink()
+    (anon / "models_t5_umt5-xxl-enc-bf16.pth").unlink()
+    shutil.rmtree(anon / "google")
+    assert detect_layout(anon) == "original"
+
+    with pytest.raises(CheckpointError, match="single diffusers transformer folder"):
+        detect_layout(diff / "transformer")
+    with pytest.raises(CheckpointError, match="not found"):
+        detect_layout(tmp_path / "nowhere")
+
+
+def test_cli_generates_from_original_layout(folders, tmp_path):
+    from vidax.cli import main
+    from vidax.video import read_video
+
+    _, orig, _ = folders
+    out = tmp_path / "cat.mp4"
+    assert main(["generate", "--checkpoint", str(orig), "--prompt", "a cat", "--height", "32", "--width", "48",
+                 "--num-frames", "5", "--steps", "2", "--dtype", "float32", "--no-progress", "--out", str(out)]) == 0
+    frames, fps = read_video(out)
+    assert frames.shape == (5, 32, 48, 3) and fps == 16
