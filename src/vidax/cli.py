@@ -39,6 +39,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
     g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
     g.add_argument("--no-progress", action="store_true")
+
+    i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
+    i.add_argument("path", help="a Wan checkpoint folder (any layout), a component folder, or a weights file")
+
+    c = sub.add_parser("convert", help="translate a checkpoint once into the vidax layout (loads as a plain copy)")
+    c.add_argument("src", help="Wan checkpoint folder (diffusers layout or the original release)")
+    c.add_argument("dst", help="output folder (must not exist)")
+    c.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="transformer weight dtype")
+    c.add_argument("--text-encoder-dtype", choices=["bfloat16", "float32"], default="float32")
+    c.add_argument("--vae-dtype", choices=["bfloat16", "float32"], default="float32")
     return p
 
 
@@ -94,12 +104,33 @@ def generate(args) -> int:
     return 0
 
 
+def inspect(args) -> int:
+    from vidax.models.wan.inspection import inspect_checkpoint
+
+    print("\n".join(inspect_checkpoint(args.path)))
+    return 0
+
+
+def convert(args) -> int:
+    from vidax.models.wan.convert import convert_checkpoint
+
+    s = convert_checkpoint(args.src, args.dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
+                           vae_dtype=args.vae_dtype)
+    sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
+    print(f"wrote {args.dst} from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "generate":
             return generate(args)
-    except (ValueError, FileNotFoundError) as e:  # CheckpointError is a ValueError
+        if args.command == "inspect":
+            return inspect(args)
+        if args.command == "convert":
+            return convert(args)
+    except (ValueError, OSError) as e:  # CheckpointError is a ValueError; OSError: missing or existing files
         print(f"vidax: error: {e}", file=sys.stderr)
         return 2
     return 1

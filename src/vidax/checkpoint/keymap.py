@@ -152,3 +152,14 @@ def rules(*groups: Iterable[Rule] | Rule) -> list[Rule]:
         else:
             out.extend(g)
     return out
+
+
+def identity_keymap(specs: dict) -> KeyMap:
+    """The key map of a checkpoint saved in our own layout (``vidax convert``).
+
+    Tensor names are our parameter paths (``blocks/attn1/to_q/kernel``), stacked parameters
+    are stored whole, already in our layout: every rule is ``Rule(path, path, "none")``.
+    """
+    from vidax.core.params import flatten
+
+    return KeyMap([Rule(path, path) for path, _ in flatten(specs)])

@@ -90,7 +90,7 @@ def plan_load(reader: Any, keymap: KeyMap, specs: SpecTree, *, source: str = "ch
     missing = []
     for path, spec in flat_specs.items():
         keys_for = _expected_keys(keymap, path)
-        if spec.axes and spec.axes[0] == "layers" or _is_stacked(keymap, path):
+        if _is_stacked(keymap, path):
             for i in range(spec.shape[0]):
                 if i not in filled[path]:
                     missing.append(keys_for.replace("{i}", str(i)) + f" (for {path}[{i}])")

@@ -39,14 +39,27 @@ from pathlib import Path
 from typing import Any
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.keymap import KeyMap
-from vidax.encoders.t5 import T5Config, t5_config_from_wan_original_shapes, t5_keymap, t5_keymap_wan_original
+from vidax.checkpoint.keymap import KeyMap, identity_keymap
+from vidax.encoders.t5 import (
+    T5Config,
+    t5_config_from_wan_original_shapes,
+    t5_keymap,
+    t5_keymap_wan_original,
+    t5_specs,
+)
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_diffusers, transformer_keymap_original
+from vidax.models.wan.transformer import transformer_specs
 
 DIFFUSERS = "diffusers"
 ORIGINAL = "original"
+VIDAX = "vidax"
+
+#: The index file of a checkpoint translated by ``vidax convert`` (our parameter names and layout).
+VIDAX_INDEX = "vidax_index.json"
+#: Weights file of each component in the vidax layout.
+VIDAX_WEIGHTS = "params.safetensors"
 
 #: The parts (sub-folders) of a diffusers-layout Wan pipeline folder.
 DIFFUSERS_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
@@ -85,6 +98,10 @@ class WanLayout:
     text_encoder_keymap: Callable[[T5Config], KeyMap]
 
 
+def _identity(specs_fn):
+    return lambda cfg: identity_keymap(specs_fn(cfg))
+
+
 LAYOUTS: dict[str, WanLayout] = {
     DIFFUSERS: WanLayout(
         DIFFUSERS, WanTransformerConfig.from_dict, transformer_keymap_diffusers, wan_vae.vae_keymap, t5_keymap
@@ -92,6 +109,11 @@ LAYOUTS: dict[str, WanLayout] = {
     ORIGINAL: WanLayout(
         ORIGINAL, WanTransformerConfig.from_original_dict, transformer_keymap_original, wan_vae.vae_keymap_original,
         t5_keymap_wan_original,
+    ),
+    # Written by `vidax convert`: our names and layout, so loading is a plain copy (no renaming or transposes).
+    VIDAX: WanLayout(
+        VIDAX, WanTransformerConfig.from_dict, _identity(transformer_specs), _identity(wan_vae.vae_specs),
+        _identity(t5_specs),
     ),
 }
 
@@ -249,6 +271,8 @@ def detect_layout(folder: str | os.PathLike) -> str:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: checkpoint folder not found")
+    if (folder / VIDAX_INDEX).is_file():
+        return VIDAX
     if (folder / "model_index.json").is_file():
         return DIFFUSERS
     original_files = [n for n in (ORIGINAL_VAE, ORIGINAL_T5, ORIGINAL_TOKENIZER) if (folder / n).exists()]
@@ -325,6 +349,26 @@ def _resolve_original(folder: Path) -> WanCheckpoint:
     )
 
 
+def _resolve_vidax(folder: Path) -> WanCheckpoint:
+    index = _read_json(folder / VIDAX_INDEX)
+    if index.get("format") != "vidax" or index.get("family") != "wan":
+        raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted Wan checkpoint (format/family)")
+    missing = [f"{part}/{name}" for part in ("transformer", "vae", "text_encoder") for name in ("config.json", VIDAX_WEIGHTS)
+               if not (folder / part / name).is_file()]
+    missing += [p for p in ("tokenizer/tokenizer.json", "scheduler/scheduler_config.json") if not (folder / p).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder}: converted Wan folder is missing {', '.join(missing)}; run `vidax convert` again")
+    return WanCheckpoint(
+        folder=folder, layout=VIDAX,
+        transformer_config_path=folder / "transformer" / "config.json",
+        transformer_weights=folder / "transformer" / VIDAX_WEIGHTS,
+        vae_weights=folder / "vae" / VIDAX_WEIGHTS, vae_config_path=folder / "vae" / "config.json",
+        text_encoder_weights=folder / "text_encoder" / VIDAX_WEIGHTS,
+        text_encoder_config_path=folder / "text_encoder" / "config.json",
+        tokenizer=folder / "tokenizer", scheduler_config_path=folder / "scheduler" / "scheduler_config.json",
+    )
+
+
 def resolve_checkpoint(folder: str | os.PathLike) -> WanCheckpoint:
     """Detect the layout of ``folder`` and check that every component file is there.
 
@@ -341,4 +385,4 @@ def resolve_checkpoint(folder: str | os.PathLike) -> WanCheckpoint:
     """
     folder = Path(folder)
     layout = detect_layout(folder)
-    return _resolve_diffusers(folder) if layout == DIFFUSERS else _resolve_original(folder)
+    return {DIFFUSERS: _resolve_diffusers, ORIGINAL: _resolve_original, VIDAX: _resolve_vidax}[layout](folder)

@@ -1,0 +1,130 @@
+"""``vidax convert`` for Wan: translate a checkpoint once, load it later as a plain copy.
+
+The output folder holds every component already translated (our parameter names, our
+layout, stacked blocks stored whole) and cast by the dtype policy::
+
+    vidax_index.json                  {"format": "vidax", "family": "wan", ...}
+    transformer/config.json           the architecture (diffusers field names)
+    transformer/params.safetensors    tensors named by parameter path, e.g. "blocks/attn1/to_q/kernel"
+    vae/config.json, vae/params.safetensors
+    text_encoder/config.json, text_encoder/params.safetensors
+    tokenizer/                        copied from the source
+    scheduler/scheduler_config.json   the sampler the source implies
+
+Loading it (:func:`vidax.models.wan.layout.resolve_checkpoint` detects the layout) needs no
+renaming and no transposes, and gives exactly the parameters loading the source gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vidax.checkpoint.loader import iter_host_params, plan_load
+from vidax.checkpoint.writer import write_json, write_safetensors_stream
+from vidax.core.params import flatten
+from vidax.encoders.t5 import t5_specs
+from vidax.models.wan import vae as wan_vae
+from vidax.models.wan.layout import VIDAX_INDEX, VIDAX_WEIGHTS, resolve_checkpoint
+from vidax.models.wan.pipeline import ORIGINAL_T2V_FLOW_SHIFT, WAN_UNIPC
+from vidax.models.wan.transformer import transformer_specs
+
+
+def _config_dict(cfg: Any, class_name: str | None) -> dict:
+    d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()}
+    if class_name:
+        d["_class_name"] = class_name
+    return d
+
+
+def _write_component(folder: Path, reader, keymap, specs, dtype, config: dict, source: str) -> int:
+    """Translate one component into ``folder``; returns bytes written."""
+    plan = plan_load(reader, keymap, specs, source=source)  # all errors before anything is written
+    entries = []
+    for path, spec in flatten(specs):
+        first = reader.dtype(plan[path][0][0])
+        floating = np.issubdtype(first, np.floating) or first.kind == "V"
+        entries.append((path, spec.shape, spec.dtype(dtype) if floating else first))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_safetensors_stream(folder / VIDAX_WEIGHTS, entries, iter_host_params(reader, keymap, specs, dtype, source=source),
+                             metadata={"format": "vidax", "dtype": str(np.dtype(dtype))})
+    write_json(folder / "config.json", config)
+    return (folder / VIDAX_WEIGHTS).stat().st_size
+
+
+def convert_checkpoint(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    *,
+    dtype: Any = "bfloat16",
+    text_encoder_dtype: Any = "float32",
+    vae_dtype: Any = "float32",
+) -> dict:
+    """Translate a Wan2.1 T2V checkpoint folder (any layout) into the vidax layout at ``dst``.
+
+    Args:
+      src: a diffusers-layout or original-release Wan folder.
+      dst: the output folder; must not exist. Assembled under a temporary name beside it and
+        renamed when complete.
+      dtype: transformer weight dtype; fp32-pinned leaves (norms, embedders, AdaLN tables) stay fp32.
+      text_encoder_dtype, vae_dtype: dtypes of those components (fp32 by default, as the pipeline).
+
+    Returns:
+      a summary dict: layout of the source, seconds, bytes written per component.
+
+    Raises:
+      CheckpointError: the source is incomplete or does not match its configuration.
+      FileExistsError: ``dst`` exists.
+    """
+    t0 = time.perf_counter()
+    dst = Path(dst)
+    if dst.exists():
+        raise FileExistsError(f"{dst} exists; choose a new output folder")
+    ckpt = resolve_checkpoint(src)
+    maps = ckpt.maps
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        sizes = {}
+        tcfg = ckpt.transformer_config()
+        tconfig = _config_dict(tcfg, "WanTransformer3DModel")
+        sizes["transformer"] = _write_component(
+            tmp / "transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
+            np.dtype(dtype), tconfig, str(ckpt.transformer_weights))
+        vreader = ckpt.vae_reader()
+        vcfg = ckpt.vae_config(vreader)
+        sizes["vae"] = _write_component(
+            tmp / "vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), np.dtype(vae_dtype),
+            _config_dict(vcfg, "AutoencoderKLWan"), str(ckpt.vae_weights))
+        ereader = ckpt.text_encoder_reader()
+        ecfg = ckpt.text_encoder_config(ereader)
+        sizes["text_encoder"] = _write_component(
+            tmp / "text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg), np.dtype(text_encoder_dtype),
+            _config_dict(ecfg, None), str(ckpt.text_encoder_weights))
+        shutil.copytree(ckpt.tokenizer, tmp / "tokenizer")
+        sched = ckpt.scheduler_config()
+        if sched is None:
+            sched = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
+        (tmp / "scheduler").mkdir()
+        write_json(tmp / "scheduler" / "scheduler_config.json", sched)
+        summary = {
+            "format": "vidax", "version": 1, "family": "wan", "model": "Wan2.1-T2V",
+            "source": str(Path(src).resolve()), "source_layout": ckpt.layout,
+            "dtypes": {"transformer": str(np.dtype(dtype)), "vae": str(np.dtype(vae_dtype)),
+                       "text_encoder": str(np.dtype(text_encoder_dtype))},
+            "bytes": sizes,
+        }
+        write_json(tmp / VIDAX_INDEX, summary)
+        tmp.rename(dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    summary["seconds"] = time.perf_counter() - t0
+    return summary

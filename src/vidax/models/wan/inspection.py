@@ -1,0 +1,119 @@
+"""``vidax inspect`` for Wan checkpoints: detected model, layout, tensors, and keys our maps do not know."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.inspect import best_keymap, format_summary, summarize, unknown_keys
+from vidax.checkpoint.loader import plan_load
+from vidax.checkpoint.reader import CheckpointReader
+from vidax.encoders.t5 import T5Config, t5_config_from_wan_original_shapes, t5_keymap, t5_keymap_wan_original, t5_specs
+from vidax.models.wan import vae as wan_vae
+from vidax.models.wan.config import WanTransformerConfig
+from vidax.models.wan.keymap import transformer_keymap_diffusers, transformer_keymap_original
+from vidax.models.wan.layout import resolve_checkpoint
+from vidax.models.wan.transformer import transformer_specs
+
+def _candidates(path: Path, reader) -> dict:
+    """Every Wan component key map, configured from the component's own config.json or tensor
+    shapes where that is possible (so sized keys such as block counts match), else defaults."""
+    folder = path if path.is_dir() else path.parent
+    config = {}
+    if (folder / "config.json").is_file():
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except json.JSONDecodeError:
+            config = {}
+    shapes = {k: tuple(reader.shape(k)) for k in reader.keys()}
+
+    def attempt(make, default):
+        try:
+            return make()
+        except (ValueError, KeyError, TypeError):
+            return default
+
+    tcfg = attempt(lambda: WanTransformerConfig.from_dict(config), WanTransformerConfig()) \
+        if config.get("_class_name") == "WanTransformer3DModel" else WanTransformerConfig()
+    tcfg_orig = attempt(lambda: WanTransformerConfig.from_original_dict(config), WanTransformerConfig()) \
+        if config.get("_class_name") == "WanModel" else WanTransformerConfig()
+    vcfg = attempt(lambda: wan_vae.WanVAEConfig.from_dict(config), wan_vae.WanVAEConfig()) \
+        if config.get("_class_name") == "AutoencoderKLWan" else wan_vae.WanVAEConfig()
+    vcfg_orig = attempt(lambda: wan_vae.vae_config_from_original_shapes(shapes), wan_vae.WanVAEConfig())
+    ecfg = attempt(lambda: T5Config.from_dict(config), T5Config()) if "d_model" in config else T5Config()
+    ecfg_orig = attempt(lambda: t5_config_from_wan_original_shapes(shapes), T5Config())
+    return {
+        "Wan2.1 transformer (diffusers layout)": transformer_keymap_diffusers(tcfg),
+        "Wan2.1 transformer (original layout)": transformer_keymap_original(tcfg_orig),
+        "Wan2.1 VAE (diffusers layout)": wan_vae.vae_keymap(vcfg),
+        "Wan2.1 VAE (original layout)": wan_vae.vae_keymap_original(vcfg_orig),
+        "UMT5 encoder (transformers layout)": t5_keymap(ecfg),
+        "UMT5 encoder (Wan original layout)": t5_keymap_wan_original(ecfg_orig),
+    }
+
+
+def _component_lines(name: str, reader, keymap, specs, source: str) -> list[str]:
+    lines = [f"{name}: {source}"]
+    lines += ["  " + line for line in format_summary(summarize(reader))]
+    unknown = unknown_keys(reader, keymap)
+    lines.append(f"  keys our map does not know: {len(unknown)}")
+    lines += [f"    {k}" for k in unknown[:20]] + ([f"    ... {len(unknown) - 20} more"] if len(unknown) > 20 else [])
+    try:
+        plan_load(reader, keymap, specs, source=source)
+        lines.append("  matches its configuration: every parameter filled exactly once")
+    except CheckpointError as e:
+        lines += ["  " + line for line in str(e).splitlines()]
+    return lines
+
+
+def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
+    """Describe a Wan checkpoint folder (any layout) or a single component file/folder.
+
+    Returns:
+      report lines: detected model and layout, per component the tensor count, parameter
+      count, bytes, dtypes, name patterns with shapes, and the keys our key maps do not know.
+
+    Raises:
+      CheckpointError: the path does not exist, or no known component matches it.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: not found")
+    ckpt = None
+    if path.is_dir():
+        try:
+            ckpt = resolve_checkpoint(path)
+        except CheckpointError:
+            if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")) and not any(path.glob("*.pth")):
+                raise  # not a component folder either: the layout error says what was expected
+    if ckpt is not None:
+        maps = ckpt.maps
+        lines = [f"{path}: Wan2.1 text-to-video, {ckpt.layout} layout"]
+        tcfg = ckpt.transformer_config()
+        lines.append(f"  transformer: {tcfg.num_layers} blocks, dim {tcfg.dim} ({tcfg.num_attention_heads} heads x "
+                     f"{tcfg.attention_head_dim}), ffn {tcfg.ffn_dim}")
+        lines += _component_lines("transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg),
+                                  transformer_specs(tcfg), str(ckpt.transformer_weights))
+        vreader = ckpt.vae_reader()
+        vcfg = ckpt.vae_config(vreader)
+        lines += _component_lines("vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), str(ckpt.vae_weights))
+        ereader = ckpt.text_encoder_reader()
+        ecfg = ckpt.text_encoder_config(ereader)
+        lines += _component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
+                                  str(ckpt.text_encoder_weights))
+        lines.append(f"tokenizer: {ckpt.tokenizer}")
+        return lines
+    reader = CheckpointReader(path)
+    candidates = _candidates(path, reader)
+    name, share = best_keymap(reader, candidates)
+    if name is None or share < 0.5:
+        lines = [f"{path}: no known model component (best match {name or 'none'}: {share:.0%} of keys)"]
+        return lines + format_summary(summarize(reader))
+    lines = [f"{path}: {name} ({share:.0%} of keys mapped)"]
+    lines += format_summary(summarize(reader))
+    unknown = unknown_keys(reader, candidates[name])
+    lines.append(f"keys our map does not know: {len(unknown)}")
+    lines += [f"  {k}" for k in unknown[:40]]
+    return lines

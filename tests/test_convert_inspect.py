@@ -1,0 +1,93 @@
+"""`vidax convert` (translate once, load as a plain copy) and `vidax inspect` (headers only)."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.cli import main
+from vidax.models.wan.convert import convert_checkpoint
+from vidax.models.wan.demo import write_demo_checkpoint
+from vidax.models.wan.pipeline import WanPipeline
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return write_demo_checkpoint(tmp_path_factory.mktemp("conv") / "demo", seed=5)
+
+
+def _same_params(a, b):
+    la, lb = jax.tree.leaves_with_path(a), jax.tree.leaves_with_path(b)
+    assert [p for p, _ in la] == [p for p, _ in lb]
+    for (path, x), (_, y) in zip(la, lb):
+        assert x.dtype == y.dtype, path
+        np.testing.assert_array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8), err_msg=str(path))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_converted_loads_exactly_like_the_source(demo, tmp_path, dtype):
+    summary = convert_checkpoint(demo, tmp_path / "out", dtype=dtype)
+    assert summary["source_layout"] == "diffusers"
+    src = WanPipeline.from_pretrained(demo, dtype=dtype)
+    out = WanPipeline.from_pretrained(tmp_path / "out", dtype=dtype)
+    assert out.layout == "vidax"
+    _same_params(src.transformer_params, out.transformer_params)
+    _same_params(src.vae_params, out.vae_params)
+    _same_params(src.text_params, out.text_params)
+    assert out.scheduler_config == src.scheduler_config
+    # Stored already cast: the bf16 file holds bf16 blocks and fp32-pinned AdaLN tables.
+    meta = json.loads((tmp_path / "out" / "vidax_index.json").read_text())
+    assert meta["dtypes"]["transformer"] == dtype
+
+
+def test_converted_original_layout_and_generate(tmp_path):
+    from vidax.models.wan.original_fixture import write_original_checkpoint
+
+    orig = write_original_checkpoint(tmp_path / "orig", seed=1)
+    convert_checkpoint(orig, tmp_path / "out", dtype="float32")
+    a = WanPipeline.from_pretrained(orig, dtype="float32")
+    b = WanPipeline.from_pretrained(tmp_path / "out", dtype="float32")
+    _same_params(a.transformer_params, b.transformer_params)
+    _same_params(a.vae_params, b.vae_params)
+    _same_params(a.text_params, b.text_params)
+    assert b.scheduler_config["flow_shift"] == a.scheduler_config["flow_shift"] == 5.0
+    assert main(["generate", "--checkpoint", str(tmp_path / "out"), "--prompt", "a fox", "--height", "32", "--width",
+                 "32", "--num-frames", "5", "--steps", "2", "--dtype", "float32", "--no-progress",
+                 "--out", str(tmp_path / "fox.mp4")]) == 0
+    assert (tmp_path / "fox.mp4").stat().st_size > 0
+
+
+def test_convert_refuses_existing_output_and_leaves_nothing_on_error(demo, tmp_path, capsys):
+    (tmp_path / "exists").mkdir()
+    assert main(["convert", str(demo), str(tmp_path / "exists")]) == 2
+    assert "exists" in capsys.readouterr().err
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(demo, broken)
+    sd = load_file(str(broken / "vae" / "diffusion_pytorch_model.safetensors"))
+    sd.pop(sorted(sd)[0])
+    save_file(sd, str(broken / "vae" / "diffusion_pytorch_model.safetensors"))
+    with pytest.raises(CheckpointError, match="missing keys"):
+        convert_checkpoint(broken, tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".never")] == []
+
+
+def test_inspect_reports_layout_counts_and_unknown_keys(demo, tmp_path, capsys):
+    assert main(["inspect", str(demo)]) == 0
+    out = capsys.readouterr().out
+    assert "Wan2.1 text-to-video, diffusers layout" in out
+    assert "every parameter filled exactly once" in out
+    n = sum(int(np.prod(v.shape)) for v in load_file(str(demo / "transformer" / "diffusion_pytorch_model.safetensors")).values())
+    assert f"({n:,})" in out
+    sd = load_file(str(demo / "transformer" / "diffusion_pytorch_model.safetensors"))
+    sd["blocks.0.attn1.surprise.weight"] = np.zeros((2, 2), np.float32)
+    save_file(sd, str(tmp_path / "t.safetensors"))
+    assert main(["inspect", str(tmp_path / "t.safetensors")]) == 0
+    out = capsys.readouterr().out
+    assert "Wan2.1 transformer (diffusers layout)" in out
+    assert "keys our map does not know: 1" in out and "blocks.0.attn1.surprise.weight" in out
