@@ -1,18 +1,25 @@
-"""Flow-matching samplers at numerical parity with diffusers.
+"""Samplers at numerical parity with diffusers.
 
 * :class:`FlowMatchEulerScheduler` follows diffusers ``FlowMatchEulerDiscreteScheduler``.
 * :class:`FlowUniPCMultistepScheduler` follows diffusers ``UniPCMultistepScheduler``
   with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan).
+* :class:`CogVideoXDDIMScheduler` and :class:`CogVideoXDPMScheduler` follow
+  diffusers' classes of the same names (CogVideoX: v-prediction on a
+  zero-terminal-SNR, SNR-shifted variance-preserving schedule).
+* :func:`guidance_scale_at`: the CogVideoX pipeline's dynamic CFG scale.
 
-Both share the :class:`Scheduler` interface; the sampling state is a
+All share the :class:`Scheduler` interface; the sampling state is a
 :class:`SchedulerState` pytree. Typical loop::
 
     sched = scheduler_from_config(json.load(open(".../scheduler/scheduler_config.json")))
     state = sched.set_timesteps(num_inference_steps)
     latents = noise  # pure noise, init_noise_sigma == 1
     for i, t in enumerate(state.timesteps):
-        v = denoise(latents, t)                        # flow prediction, (B, C, T, H, W)
+        v = denoise(latents, t)                        # the model's prediction, latents' shape
         latents, state = sched.step(state, v, latents, i)
+
+:class:`CogVideoXDPMScheduler` is stochastic: its ``step`` also takes fresh
+noise per step, ``noise=`` (an array) or ``key=`` (a ``jax.random`` key).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import warnings
 from typing import Any
 
 from .base import Scheduler, SchedulerState
+from .cogvideox import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 from .flow_euler import FlowMatchEulerScheduler
+from .guidance import guidance_scale_at
 from .unipc import FlowUniPCMultistepScheduler
 
 __all__ = [
@@ -29,11 +38,19 @@ __all__ = [
     "SchedulerState",
     "FlowMatchEulerScheduler",
     "FlowUniPCMultistepScheduler",
+    "CogVideoXDDIMScheduler",
+    "CogVideoXDPMScheduler",
+    "guidance_scale_at",
     "scheduler_from_config",
     "SUPPORTED_CLASSES",
 ]
 
-SUPPORTED_CLASSES = ("UniPCMultistepScheduler", "FlowMatchEulerDiscreteScheduler")
+SUPPORTED_CLASSES = (
+    "UniPCMultistepScheduler",
+    "FlowMatchEulerDiscreteScheduler",
+    "CogVideoXDDIMScheduler",
+    "CogVideoXDPMScheduler",
+)
 
 # Per diffusers class: keys we map onto our constructor (with diffusers' defaults),
 # keys whose value must equal what we implement (with diffusers' defaults and the
@@ -83,9 +100,33 @@ _EULER_IGNORED = {  # only used by dynamic shifting
     "base_shift", "max_shift", "base_image_seq_len", "max_image_seq_len", "time_shift_type",
 }  # fmt: skip
 
+# CogVideoXDDIMScheduler and CogVideoXDPMScheduler share their constructor (and defaults).
+_COGVIDEOX_ARGS = {
+    "num_train_timesteps": ("num_train_timesteps", 1000),
+    "beta_start": ("beta_start", 0.00085),
+    "beta_end": ("beta_end", 0.012),
+    "set_alpha_to_one": ("set_alpha_to_one", True),
+    "steps_offset": ("steps_offset", 0),
+    "prediction_type": ("prediction_type", "epsilon"),
+    "timestep_spacing": ("timestep_spacing", "leading"),
+    "rescale_betas_zero_snr": ("rescale_betas_zero_snr", False),
+    "snr_shift_scale": ("snr_shift_scale", 3.0),
+}
+_COGVIDEOX_REQUIRED = {
+    "beta_schedule": ("scaled_linear", ("scaled_linear",)),
+    "trained_betas": (None, (None,)),
+    "prediction_type": ("epsilon", ("v_prediction", "epsilon", "sample")),
+    "timestep_spacing": ("leading", ("trailing", "leading", "linspace")),
+}
+_COGVIDEOX_IGNORED = {  # diffusers stores them but its CogVideoX step never clips or thresholds
+    "clip_sample", "clip_sample_range", "sample_max_value",
+}  # fmt: skip
+
 _TABLES = {
     "UniPCMultistepScheduler": (FlowUniPCMultistepScheduler, _UNIPC_ARGS, _UNIPC_REQUIRED, _UNIPC_IGNORED),
     "FlowMatchEulerDiscreteScheduler": (FlowMatchEulerScheduler, _EULER_ARGS, _EULER_REQUIRED, _EULER_IGNORED),
+    "CogVideoXDDIMScheduler": (CogVideoXDDIMScheduler, _COGVIDEOX_ARGS, _COGVIDEOX_REQUIRED, _COGVIDEOX_IGNORED),
+    "CogVideoXDPMScheduler": (CogVideoXDPMScheduler, _COGVIDEOX_ARGS, _COGVIDEOX_REQUIRED, _COGVIDEOX_IGNORED),
 }
 
 
@@ -103,11 +144,15 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
       config: the parsed JSON (or ``dict(diffusers_scheduler.config)``); its
         ``_class_name`` selects the sampler: ``"UniPCMultistepScheduler"`` ->
         :class:`FlowUniPCMultistepScheduler`, ``"FlowMatchEulerDiscreteScheduler"``
-        -> :class:`FlowMatchEulerScheduler`. Missing keys take diffusers'
-        defaults.
+        -> :class:`FlowMatchEulerScheduler`, ``"CogVideoXDDIMScheduler"`` ->
+        :class:`CogVideoXDDIMScheduler`, ``"CogVideoXDPMScheduler"`` ->
+        :class:`CogVideoXDPMScheduler`. Missing keys take diffusers' defaults
+        (the CogVideoX checkpoints set every key that matters).
       **overrides: config keys to replace, in diffusers' names (e.g.
-        ``flow_shift=5.0`` for UniPC, ``shift=5.0`` for Euler); ``flow_shift``
-        is also accepted for Euler.
+        ``flow_shift=5.0`` for UniPC, ``shift=5.0`` for Euler,
+        ``snr_shift_scale=1.0`` for CogVideoX); ``flow_shift`` is also
+        accepted for Euler. For CogVideoX, ``_class_name`` may be overridden to
+        switch between DDIM and DPM on the same config.
 
     Returns:
       The scheduler.
@@ -117,8 +162,10 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
         whose value we do not implement (e.g. UniPC ``prediction_type`` other
         than ``"flow_prediction"``, ``use_flow_sigmas=False``,
         ``thresholding=True``, ``solver_type`` other than bh1/bh2, any
-        ``use_dynamic_shifting=True``); the message names the option and the
-        supported values.
+        ``use_dynamic_shifting=True``; CogVideoX ``beta_schedule`` other than
+        ``"scaled_linear"``, ``trained_betas``, an unknown ``prediction_type`` or
+        ``timestep_spacing``); the message names the option and the supported
+        values.
     """
     if not isinstance(config, dict):
         config = dict(config)

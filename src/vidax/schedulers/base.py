@@ -12,10 +12,15 @@ computed on the host in numpy; the array update of a step is a small jitted JAX
 function that takes those coefficients as traced scalars, so it compiles once
 per (shape, dtype, solver structure) and not once per step.
 
-Convention for flow matching (all samplers here): ``x_sigma = (1 - sigma) * x0
+Convention for flow matching (the flow samplers): ``x_sigma = (1 - sigma) * x0
 + sigma * noise``; the model predicts the velocity ``noise - x0``; sigmas run
 from about 1 down to 0 and the initial latents are pure noise
-(``init_noise_sigma == 1``).
+(``init_noise_sigma == 1``). The CogVideoX samplers
+(:mod:`vidax.schedulers.cogvideox`) use a variance-preserving schedule instead
+(``x_t = sqrt(a_t) x0 + sqrt(1 - a_t) noise``, integer timesteps) behind the
+same interface; a stochastic sampler's ``step`` additionally takes the fresh
+noise of the step as a keyword argument (``noise=`` or a ``jax.random``
+``key=``), so the sampler itself never holds random state.
 """
 
 from __future__ import annotations
@@ -109,7 +114,7 @@ def _scale_noise(sample: jax.Array, noise: jax.Array, sigma: jax.Array, zero: ja
 
 
 class Scheduler(abc.ABC):
-    """Base class of the flow-matching samplers.
+    """Base class of the samplers (flow-matching and CogVideoX).
 
     Subclasses implement :meth:`set_timesteps` and :meth:`step`. Instances are
     configuration only and never mutate; use one instance for any number of
@@ -117,7 +122,8 @@ class Scheduler(abc.ABC):
 
     Attributes:
       num_train_timesteps: length of the training schedule (1000 for Wan).
-      flow_shift: the static time shift ``sigma -> s * sigma / (1 + (s - 1) * sigma)``.
+      flow_shift: the static time shift ``sigma -> s * sigma / (1 + (s - 1) * sigma)``
+        (flow samplers; 1.0 and unused for the CogVideoX samplers).
       init_noise_sigma: standard deviation of the initial latents (1.0: pure noise).
       order: model evaluations per step (1 for every sampler here).
     """
@@ -156,9 +162,13 @@ class Scheduler(abc.ABC):
           state: the state returned by ``set_timesteps`` or the previous ``step``.
           model_output: the denoiser's flow (velocity) prediction for ``sample``
             at ``state.timesteps[step_index]``, shape ``(B, C, T, H, W)``, any
-            float dtype.
+            float dtype (for the CogVideoX samplers: the v prediction, layout
+            ``(B, F, C, H, W)``).
           sample: the current latents, same shape, any float dtype.
           step_index: 0-based index of this step, counted by the caller.
+
+        Stochastic samplers (:class:`~vidax.schedulers.CogVideoXDPMScheduler`)
+        add keyword-only ``noise=`` / ``key=`` arguments for the step's noise.
 
         Returns:
           ``(prev_sample, new_state)``; ``prev_sample`` has ``sample``'s shape.
