@@ -34,7 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--sampler", choices=["unipc", "euler"], default=None, help="default: the checkpoint's (UniPC)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
-    g.add_argument("--attention", choices=["xla", "chunked"], default="xla")
+    g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash"], default="auto",
+                   help="attention kernel; auto: cudnn on GPU, splash on TPU, chunked on CPU")
+    g.add_argument("--dp", type=int, default=1, help="data-parallel size (CFG halves split over it)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides the head count)")
+    g.add_argument("--sp", type=int, default=1, help="sequence-parallel size (Ulysses); dp*tp*sp = device count")
     g.add_argument("--fps", type=int, default=None)
     g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
     g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
@@ -79,7 +83,8 @@ def generate(args) -> int:
         raise ValueError(f"--out {out} must end in .mp4")
 
     t0 = time.perf_counter()
-    pipe = WanPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention)
+    pipe = WanPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
+                                       dp=args.dp, tp=args.tp, sp=args.sp)
     result = pipe(
         args.prompt, s["negative_prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
         num_inference_steps=s["steps"], guidance_scale=s["guidance_scale"], flow_shift=s["flow_shift"],

@@ -16,13 +16,14 @@ import os
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from functools import lru_cache
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, layout_shape, to_layout
@@ -214,9 +215,20 @@ def convert_into(pool: ThreadPoolExecutor | None, src: np.ndarray, layout: str, 
         list(pool.map(lambda t: _convert_rows(*t), tasks))
 
 
-@partial(jax.jit, donate_argnums=0)
-def _set_layer(stacked: jax.Array, layer: jax.Array, index: jax.Array) -> jax.Array:
+def _set_layer_impl(stacked: jax.Array, layer: jax.Array, index: jax.Array) -> jax.Array:
     return jax.lax.dynamic_update_index_in_dim(stacked, layer.astype(stacked.dtype), index, 0)
+
+
+@lru_cache(maxsize=None)
+def _layer_setter(sharding):
+    """The donated in-place layer update, its output pinned to the stacked parameter's sharding.
+
+    Without ``out_shardings`` the update's output sharding would be left to propagation,
+    which may choose another layout than the one the parameter was allocated with.
+    """
+    if sharding is None:
+        return jax.jit(_set_layer_impl, donate_argnums=0)
+    return jax.jit(_set_layer_impl, donate_argnums=0, out_shardings=sharding)
 
 
 def load_params(
@@ -326,27 +338,45 @@ def _streams_layers(sharding) -> bool:
 
     On accelerators, yes: host memory stays at one layer. On the CPU backend the
     device memory *is* host memory and in-place updates copy the whole buffer, so
-    the stack is assembled on the host and transferred once.
+    the stack is assembled on the host and transferred once. Shardings other than
+    ``NamedSharding`` / ``SingleDeviceSharding`` (whose per-layer sharding we cannot
+    derive), and a sharded leading ``layers`` axis, also take the host path.
     """
+    if sharding is not None and not isinstance(sharding, (NamedSharding, SingleDeviceSharding)):
+        return False
+    if isinstance(sharding, NamedSharding) and tuple(sharding.spec)[:1] not in ((), (None,)):
+        return False
     devices = sharding.device_set if sharding is not None else {jax.devices()[0]}
     return all(d.platform != "cpu" for d in devices)
 
 
 def _place_stacked(pool, reader, entries, shape, target, sharding) -> jax.Array:
+    """Allocate a stacked parameter once, already sharded, and fill it layer by layer in place.
+
+    Each layer is transferred with the stacked sharding minus its leading ``layers`` entry, so
+    every device receives only its own shard of each layer.
+    """
     buf = jnp.zeros(shape, target, device=sharding)
+    setter = _layer_setter(sharding)
+    layer_sharding = _layer_sharding(sharding)
     for key, layout, index in entries:
         # A fresh host buffer per layer: the previous transfer may still be reading the last one.
         layer = aligned_empty(shape[1:], target)
         convert_into(pool, reader.get(key), layout, layer)
-        buf = _set_layer(buf, jax.device_put(layer, _layer_sharding(sharding)), np.int32(index))
+        buf = setter(buf, jax.device_put(layer, layer_sharding), np.int32(index))
     return buf
 
 
 def _layer_sharding(sharding):
-    """The sharding of one layer of a stacked parameter: the stacked sharding without its leading axis."""
-    if sharding is None or not hasattr(sharding, "spec"):
-        return sharding if sharding is None else None
-    return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*tuple(sharding.spec)[1:]))
+    """The sharding of one layer of a stacked parameter: the stacked sharding without its leading axis.
+
+    ``NamedSharding(mesh, P(None, None, "tensor"))`` -> ``NamedSharding(mesh, P(None, "tensor"))``;
+    a single-device sharding is its own layer sharding; None stays None (default device).
+    (:func:`_streams_layers` sends stacks whose ``layers`` axis is itself sharded to the host path.)
+    """
+    if sharding is None or isinstance(sharding, SingleDeviceSharding):
+        return sharding
+    return NamedSharding(sharding.mesh, PartitionSpec(*tuple(sharding.spec)[1:]), memory_kind=sharding.memory_kind)
 
 
 class DictReader:

@@ -3,7 +3,7 @@
 Every model calls :func:`attention`; the implementation is chosen by an enum,
 not by the model. Padding is given as per-sample key lengths (right padding),
 never as a dense ``(B, H, Sq, Sk)`` mask (paper Table 4 fault 6), so kernels
-that skip invalid key blocks can be dropped in behind the same call.
+that skip invalid key blocks take it as lengths or segment ids.
 
 Implementations:
 
@@ -14,20 +14,78 @@ Implementations:
     The same math over query chunks inside ``lax.map``, so only
     ``(B, H, chunk, Sk)`` scores exist at a time: memory O(chunk * Sk) instead of
     O(Sq * Sk), for long video sequences on backends without a flash kernel.
+``cudnn``
+    cuDNN flash attention through ``jax.nn.dot_product_attention(implementation="cudnn")``
+    on NVIDIA GPUs, bfloat16/float16 only; key lengths become
+    ``key_value_seq_lengths`` (and ``query_seq_lengths`` = all queries).
+``splash``
+    The Pallas TPU splash-attention kernel
+    (``jax.experimental.pallas.ops.tpu.splash_attention``); key lengths become segment
+    ids (valid keys 0, padding 1), so fully padded key blocks are skipped. On the CPU
+    backend it runs in Pallas interpret mode (a correctness check, slow).
+``auto``
+    ``cudnn`` on GPU, ``splash`` on TPU, ``chunked`` elsewhere.
+
+A kernel that cannot take a call (wrong backend or dtype, a score bias splash has no
+input for, a shape cuDNN rejects) falls back to ``chunked`` with one
+:class:`AttentionFallbackWarning` per distinct shape, dtype and reason.
+
+Pallas and cuDNN custom calls are opaque to GSPMD (paper Table 4 fault 7). Inside
+``shard_map`` (the transformers' blocks) every call is already per shard. Called
+under a mesh with automatically partitioned axes (``jax.set_mesh``), a kernel is
+wrapped in its own ``shard_map``: batch over ``data`` and heads over ``tensor`` when
+they divide, replicated otherwise.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import AxisType, PartitionSpec
+
+from vidax.core.sharding import DATA, TENSOR
 
 
 class AttentionImpl(str, enum.Enum):
+    AUTO = "auto"
     XLA = "xla"
     CHUNKED = "chunked"
+    CUDNN = "cudnn"
+    SPLASH = "splash"
+
+
+class AttentionFallbackWarning(RuntimeWarning):
+    """A requested attention kernel could not take a call; ``chunked`` ran instead."""
+
+
+class _Refused(Exception):
+    """A kernel declines a call; the message says why."""
+
+
+def resolve_implementation(implementation: AttentionImpl | str, backend: str | None = None) -> AttentionImpl:
+    """The concrete implementation ``auto`` stands for on ``backend`` (default ``jax.default_backend()``).
+
+    Returns:
+      ``CUDNN`` on ``"gpu"``/``"cuda"``, ``SPLASH`` on ``"tpu"``, ``CHUNKED`` otherwise; any
+      other implementation unchanged.
+
+    Raises:
+      ValueError: an unknown implementation name.
+    """
+    impl = AttentionImpl(implementation)
+    if impl is not AttentionImpl.AUTO:
+        return impl
+    backend = backend or jax.default_backend()
+    if backend in ("gpu", "cuda"):
+        return AttentionImpl.CUDNN
+    if backend == "tpu":
+        return AttentionImpl.SPLASH
+    return AttentionImpl.CHUNKED
 
 
 def _scores_softmax_values(q, k, v, scale, kv_lengths, bias):
@@ -60,24 +118,40 @@ def attention(
     Args:
       q: ``(B, Sq, H, D)``.
       k, v: ``(B, Sk, H, D)``.
-      implementation: an :class:`AttentionImpl` (or its string value).
+      implementation: an :class:`AttentionImpl` (or its string value); see the module docstring.
       kv_lengths: optional ``(B,)`` int32 count of valid keys per sample (keys at or past
-        it are ignored; right padding).
+        it are ignored; right padding). A sample with no valid key gives zeros.
       bias: optional additive score bias broadcastable to ``(B, H, Sq, Sk)`` (T5's relative
-        position bias); only small models use it.
+        position bias); only small models use it. ``splash`` has no input for it and falls back.
       scale: score scale; default ``1 / sqrt(D)``.
-      query_chunk_size: query rows per chunk for ``chunked``.
+      query_chunk_size: query rows per chunk for ``chunked`` (and for fallbacks).
 
     Returns:
       ``(B, Sq, H, D)`` in ``q.dtype``; accumulation in float32.
 
     Raises:
       ValueError: unknown implementation.
+
+    Warns:
+      AttentionFallbackWarning: once per shape/dtype/reason when ``cudnn`` or ``splash``
+        cannot take the call and ``chunked`` runs instead.
     """
-    impl = AttentionImpl(implementation)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    impl = resolve_implementation(implementation)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if impl in (AttentionImpl.CUDNN, AttentionImpl.SPLASH):
+        kernel = _cudnn if impl is AttentionImpl.CUDNN else _splash
+        try:
+            _precheck(impl, q, bias)
+            return _partitioned(functools.partial(kernel, scale=scale), q, k, v, kv_lengths, bias)
+        except _Refused as why:
+            _warn_once(impl, str(why), q, k)
+            impl = AttentionImpl.CHUNKED
     if impl is AttentionImpl.XLA or q.shape[1] <= query_chunk_size:
         return _scores_softmax_values(q, k, v, scale, kv_lengths, bias).astype(q.dtype)
+    return _chunked(q, k, v, scale, kv_lengths, bias, query_chunk_size)
+
+
+def _chunked(q, k, v, scale, kv_lengths, bias, query_chunk_size):
     b, sq, h, d = q.shape
     n = -(-sq // query_chunk_size)
     pad = n * query_chunk_size - sq
@@ -96,3 +170,160 @@ def attention(
         out = jax.lax.map(lambda qc: _scores_softmax_values(qc, k, v, scale, kv_lengths, bias), qp)
     out = out.swapaxes(0, 1).reshape(b, n * query_chunk_size, h, d)[:, :sq]
     return out.astype(q.dtype)
+
+
+# -- fallbacks ---------------------------------------------------------------
+
+_WARNED: set = set()
+
+
+def _warn_once(impl: AttentionImpl, reason: str, q, k) -> None:
+    key = (impl.value, reason, tuple(q.shape), tuple(k.shape), str(q.dtype))
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(
+        f"attention: {impl.value!r} cannot run q {tuple(q.shape)} / k {tuple(k.shape)} {q.dtype}: {reason}; "
+        "running 'chunked' instead (same result, O(chunk * Sk) memory, slower)",
+        AttentionFallbackWarning,
+        stacklevel=3,
+    )
+
+
+def _precheck(impl: AttentionImpl, q, bias) -> None:
+    backend = jax.default_backend()
+    if impl is AttentionImpl.CUDNN:
+        if backend not in ("gpu", "cuda"):
+            raise _Refused(f"cuDNN attention needs an NVIDIA GPU (backend is {backend!r})")
+        if q.dtype not in (jnp.bfloat16, jnp.float16):
+            raise _Refused("cuDNN flash attention takes bfloat16 or float16 inputs")
+    else:
+        if backend not in ("tpu", "cpu"):
+            raise _Refused(f"splash attention is a Pallas TPU kernel (backend is {backend!r}; use 'cudnn' on GPUs)")
+        if bias is not None:
+            raise _Refused("splash attention has no input for an additive score bias")
+
+
+# -- cuDNN -------------------------------------------------------------------
+
+
+def _cudnn(q, k, v, kv_lengths, bias, *, scale):
+    """cuDNN flash attention, ``(B, S, H, D)`` layout as ours. Raises _Refused where cuDNN declines."""
+    qlen = kvlen = None
+    if kv_lengths is not None:
+        kvlen = kv_lengths.astype(jnp.int32)
+        qlen = jnp.full((q.shape[0],), q.shape[1], jnp.int32)  # padding is on keys only
+    if bias is not None:
+        bias = jnp.broadcast_to(bias, (*(1,) * (4 - bias.ndim), *bias.shape)).astype(q.dtype)
+    try:
+        out = jax.nn.dot_product_attention(
+            q, k, v, bias=bias, scale=scale, query_seq_lengths=qlen, key_value_seq_lengths=kvlen,
+            implementation="cudnn",
+        )
+    except (NotImplementedError, ValueError, RuntimeError, TypeError) as e:
+        raise _Refused(f"cuDNN declined ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})") from e
+    return _zero_empty_rows(out, kv_lengths)
+
+
+def _zero_empty_rows(out, kv_lengths):
+    # The xla reference gives zeros for a sample with no valid key; kernels leave it undefined.
+    if kv_lengths is None:
+        return out
+    return jnp.where((kv_lengths > 0)[:, None, None, None], out, jnp.zeros((), out.dtype))
+
+
+# -- splash (Pallas TPU) ------------------------------------------------------
+
+_LANE = 128
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+@functools.lru_cache(maxsize=64)
+def _splash_kernel(heads: int, sq: int, sk: int, block_q: int, block_kv: int, interpret: bool):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk_lib
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
+
+    mask = mask_lib.MultiHeadMask([mask_lib.FullMask((sq, sk))] * heads)
+    blocks = sk_lib.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv)
+    # The kernel object holds its mask-info arrays: make them concrete, never tracers of the
+    # trace that first asked for this (cached) kernel.
+    with jax.ensure_compile_time_eval():
+        kernel = sk_lib.make_splash_mha_single_device(mask, block_sizes=blocks, interpret=interpret)
+    return kernel, sk_lib.SegmentIds
+
+
+def _splash(q, k, v, kv_lengths, bias, *, scale):
+    """Splash attention: ``q`` pre-scaled, sequences padded to the block sizes, padding as segment ids."""
+    del bias  # refused in _precheck
+    b, sq, h, d = q.shape
+    sk = k.shape[1]
+    on_tpu = jax.default_backend() == "tpu"
+    block_q = min(512, _round_up(sq, _LANE))
+    block_kv = min(512, _round_up(sk, _LANE))
+    sq_p, sk_p = _round_up(sq, block_q), _round_up(sk, block_kv)
+    d_p = _round_up(d, _LANE) if on_tpu else d  # TPU lanes; zero columns change no score
+
+    def heads_major(x, s_p):  # (B, S, H, D) -> (B, H, S_p, D_p)
+        x = jnp.pad(x, ((0, 0), (0, s_p - x.shape[1]), (0, 0), (0, d_p - d)))
+        return x.transpose(0, 2, 1, 3)
+
+    # splash applies no scale: fold it into q (in float32, one rounding to q.dtype).
+    qs = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    qh, kh, vh = heads_major(qs, sq_p), heads_major(k, sk_p), heads_major(v, sk_p)
+    kernel, segment_ids = _splash_kernel(h, sq_p, sk_p, block_q, block_kv, not on_tpu)
+    if kv_lengths is None and sk_p == sk:
+        out = jax.vmap(kernel)(qh, kh, vh)
+    else:
+        lengths = jnp.full((b,), sk, jnp.int32) if kv_lengths is None else jnp.minimum(kv_lengths.astype(jnp.int32), sk)
+        kv_ids = (jnp.arange(sk_p)[None, :] >= lengths[:, None]).astype(jnp.int32)  # valid 0, padding 1
+        q_ids = jnp.zeros((b, sq_p), jnp.int32)
+        out = jax.vmap(lambda q_, k_, v_, qi, ki: kernel(q_, k_, v_, segment_ids=segment_ids(qi, ki)))(
+            qh, kh, vh, q_ids, kv_ids)
+    out = out.transpose(0, 2, 1, 3)[:, :sq, :, :d].astype(q.dtype)
+    return _zero_empty_rows(out, kv_lengths)
+
+
+# -- partitioning (fault 7) ----------------------------------------------------
+
+
+def _partitioned(kernel, q, k, v, kv_lengths, bias):
+    """Run ``kernel`` per shard under a mesh whose axes GSPMD would otherwise partition.
+
+    Outside any mesh, or inside a ``shard_map`` over every mesh axis, the kernel runs as is.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    auto = [] if mesh.empty else [
+        name for name, kind in zip(mesh.axis_names, mesh.axis_types)
+        if kind != AxisType.Manual and mesh.shape[name] > 1
+    ]
+    if not auto:
+        return kernel(q, k, v, kv_lengths, bias)
+    b, h = q.shape[0], q.shape[2]
+    batch = DATA if DATA in auto and b % mesh.shape[DATA] == 0 and bias is None else None
+    heads = TENSOR if TENSOR in auto and h % mesh.shape[TENSOR] == 0 and bias is None else None
+    qkv = PartitionSpec(batch, None, heads, None)
+    args, specs = [q, k, v], [qkv, qkv, qkv]
+    if kv_lengths is not None:
+        args.append(kv_lengths)
+        specs.append(PartitionSpec(batch))
+    if bias is not None:
+        args.append(bias)
+        specs.append(PartitionSpec())
+
+    def body(*xs):
+        q_, k_, v_ = xs[:3]
+        rest = list(xs[3:])
+        kvl = rest.pop(0) if kv_lengths is not None else None
+        bs = rest.pop(0) if bias is not None else None
+        return kernel(q_, k_, v_, kvl, bs)
+
+    return jax.shard_map(body, in_specs=tuple(specs), out_specs=qkv, axis_names=set(auto), check_vma=False)(*args)
+
+
+def attention_flops(b: int, sq: int, sk: int, h: int, d: int) -> float:
+    """Forward FLOPs of one attention call (two matmuls): ``4 * B * H * Sq * Sk * D``."""
+    return 4.0 * b * h * sq * sk * d
+

@@ -12,10 +12,16 @@ Checkpoints load from either published layout (diffusers, or the original Wan2.1
 
 The sampling loop is a host Python loop around one compiled transformer step
 (both CFG halves in one batch); shapes are static, so it compiles once per run.
+
+With ``dp * tp * sp > 1`` the transformer runs on a ``(data, tensor, sequence)`` mesh
+(:mod:`vidax.core.sharding`): its parameters are loaded already sharded by
+:data:`vidax.models.wan.sharding.WAN_RULES`, the CFG halves are split over ``data``, heads over
+``tensor`` and tokens over ``sequence``. The text encoder and VAE stay on the first device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -30,11 +36,14 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.core.attention import AttentionImpl
+from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.parallel import sequence_mode
+from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, clean_prompt
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.layout import DIFFUSERS_PARTS, ORIGINAL_T2V_FLOW_SHIFT, resolve_checkpoint
+from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
 from vidax.schedulers import scheduler_from_config
 
@@ -110,7 +119,8 @@ class WanPipeline:
     """
 
     def __init__(self, folder: Path, transformer_cfg, transformer_params, vae_cfg, vae_params,
-                 text_cfg, text_params, tokenizer, scheduler_config, attention: str = "xla", layout: str = "diffusers"):
+                 text_cfg, text_params, tokenizer, scheduler_config, attention: str = "xla", layout: str = "diffusers",
+                 mesh=None, rules=WAN_RULES):
         self.folder = folder
         self.layout = layout  # "diffusers" or "original" (vidax.models.wan.layout)
         self.transformer_cfg = transformer_cfg
@@ -122,8 +132,10 @@ class WanPipeline:
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler_config
         self.attention = AttentionImpl(attention)
+        self.mesh = mesh  # None: one device
+        self.rules = rules
         # One jitted step per pipeline, so its compilation count is observable (tests) and per run.
-        self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided"))
+        self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
 
     @classmethod
@@ -134,7 +146,11 @@ class WanPipeline:
         dtype: Any = "bfloat16",
         text_encoder_dtype: Any = "float32",
         vae_dtype: Any = "float32",
-        attention: str = "xla",
+        attention: str = "auto",
+        dp: int = 1,
+        tp: int = 1,
+        sp: int = 1,
+        devices: list | None = None,
     ) -> WanPipeline:
         """Load a Wan2.1 T2V folder in either layout, detected by :func:`vidax.models.wan.layout.resolve_checkpoint`.
 
@@ -150,21 +166,32 @@ class WanPipeline:
             AdaLN tables stay float32 regardless.
           text_encoder_dtype: UMT5 dtype, float32 by default (paper Table 4 fault 2).
           vae_dtype: VAE dtype.
-          attention: attention implementation ("xla" or "chunked").
+          attention: attention implementation: "auto" (cuDNN on GPU, splash on TPU, chunked on
+            CPU), "xla", "chunked", "cudnn" or "splash" (:mod:`vidax.core.attention`).
+          dp, tp, sp: data, tensor and sequence parallel sizes of the transformer's mesh
+            (:func:`vidax.core.sharding.make_mesh`); all 1: one device, no mesh.
+          devices: the mesh's devices (default all; their count must be ``dp * tp * sp``).
 
         Raises:
           CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
             not the transformer's ``text_dim``, or weights that do not match their configuration
             (all mismatches listed at once).
-          ValueError: an unsupported configuration (e.g. an image-to-video model).
+          ValueError: an unsupported configuration (e.g. an image-to-video model); a mesh that
+            does not cover the devices, or a tp that does not divide the head count (valid sizes
+            listed), raised before any weight is read.
         """
         t0 = time.perf_counter()
         ckpt = resolve_checkpoint(folder)
         maps = ckpt.maps
         tcfg = ckpt.transformer_config()
+        mesh = None
+        if dp * tp * sp > 1 or devices is not None:
+            mesh = make_mesh(dp, tp, sp, devices=devices)
+            check_parallel(tcfg, mesh, WAN_RULES)
         tparams = load_params(
             ckpt.transformer_reader(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
             jnp.dtype(dtype), source=str(ckpt.transformer_weights),
+            shardings=None if mesh is None else WAN_RULES.sharding_fn(mesh),
         )
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
@@ -189,7 +216,7 @@ class WanPipeline:
             # the configuration below) at generate.py's default t2v shift; flow_shift / presets override it.
             sched_cfg = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention,
-                   layout=ckpt.layout)
+                   layout=ckpt.layout, mesh=mesh)
         jax.block_until_ready((tparams, vparams, eparams))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
@@ -271,6 +298,7 @@ class WanPipeline:
         if len(negatives) != len(prompts):
             raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
         b = len(prompts)
+        check_parallel(self.transformer_cfg, self.mesh, self.rules, batch=2 * b if guided else b)
         shape = (b, self.transformer_cfg.in_channels, (num_frames - 1) // VAE_SCALE_TEMPORAL + 1,
                  height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL)
         if latents is not None and tuple(latents.shape) != shape:
@@ -292,24 +320,31 @@ class WanPipeline:
             x = jnp.asarray(latents, jnp.float32)
         cos, sin = (jnp.asarray(a) for a in rope_tables(self.transformer_cfg, shape))
         g = jnp.float32(guidance_scale)
-        step_args = dict(cfg=self.transformer_cfg, attention_impl=self.attention, guided=guided)
+        step_args = dict(cfg=self.transformer_cfg, attention_impl=self.attention, guided=guided,
+                         mesh=self.mesh, rules=self.rules)
+        metrics.update(self._parallel_metrics())
+        aux_device = _first_device(self.vae_params)
+        x, context, cos, sin, g = self._to_mesh(x, context, cos, sin, g)
 
-        t0 = time.perf_counter()
-        compiled = self._step.lower(self.transformer_params, x, jnp.zeros((b,), jnp.float32), context, cos, sin, g, **step_args).compile()
-        metrics["compile_s"] = time.perf_counter() - t0
+        with _mesh_context(self.mesh):
+            t0 = time.perf_counter()
+            t = self._to_mesh(jnp.zeros((b,), jnp.float32))[0]
+            compiled = self._step.lower(self.transformer_params, x, t, context, cos, sin, g, **step_args).compile()
+            metrics["compile_s"] = time.perf_counter() - t0
 
-        step_times = []
-        for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
-            ts = time.perf_counter()
-            t = jnp.full((b,), state.timesteps[i], jnp.float32)
-            noise_pred = compiled(self.transformer_params, x, t, context, cos, sin, g)
-            x, state = scheduler.step(state, noise_pred, x, i)
-            jax.block_until_ready(x)
-            step_times.append(time.perf_counter() - ts)
+            step_times = []
+            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
+                ts = time.perf_counter()
+                t = self._to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32))[0]
+                noise_pred = compiled(self.transformer_params, x, t, context, cos, sin, g)
+                x, state = scheduler.step(state, noise_pred, x, i)
+                jax.block_until_ready(x)
+                step_times.append(time.perf_counter() - ts)
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
 
         t0 = time.perf_counter()
+        x = jax.device_put(x, aux_device)  # the VAE runs on one device
         video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
         video = np.asarray(video, np.float32)
         metrics["vae_decode_s"] = time.perf_counter() - t0
@@ -327,6 +362,38 @@ class WanPipeline:
     def compilations(self) -> int:
         """How many times the transformer step has been compiled by this pipeline."""
         return self._step._cache_size()
+
+    def _to_mesh(self, *arrays):
+        """Step inputs onto the mesh: ``context`` (2B, ...) split over ``data`` where dp divides it
+        (the CFG halves), everything else replicated. Without a mesh: unchanged."""
+        if self.mesh is None:
+            return arrays
+        dp = axis_size(self.mesh, self.rules.mesh_axes("batch"))
+        out = []
+        for a in arrays:
+            split = a.ndim == 3 and a.shape[0] % dp == 0 and dp > 1  # context (B', L, text_dim)
+            spec = self.rules.spec(("batch", None, None)) if split else jax.sharding.PartitionSpec()
+            out.append(jax.device_put(a, jax.sharding.NamedSharding(self.mesh, spec)))
+        return tuple(out)
+
+    def _parallel_metrics(self) -> dict:
+        sizes = {"dp": 1, "tp": 1, "sp": 1}
+        if self.mesh is not None:
+            sizes = {k: axis_size(self.mesh, self.rules.mesh_axes(n)) for k, n in
+                     (("dp", "batch"), ("tp", "heads"), ("sp", "tokens"))}
+        mode = sequence_mode(self.transformer_cfg.num_attention_heads // sizes["tp"], sizes["sp"]) if sizes["sp"] > 1 else None
+        return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
+
+
+def _first_device(tree):
+    """The device of the first leaf of a parameter tree (the VAE's / text encoder's device)."""
+    return next(iter(jax.tree.leaves(tree)[0].devices()))
+
+
+def _mesh_context(mesh):
+    """``jax.set_mesh(mesh)``, or nothing without a mesh (attention kernels outside ``shard_map``
+    then see the mesh and run per shard, paper Table 4 fault 7)."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
 # The UniPC configuration of the Wan2.1 diffusers checkpoints (scheduler/scheduler_config.json).
@@ -346,21 +413,30 @@ WAN_UNIPC = {
 }
 
 
-def _cfg_step(params, latents, timestep, context, cos, sin, guidance_scale, *, cfg, attention_impl, guided):
+def _cfg_step(params, latents, timestep, context, cos, sin, guidance_scale, *, cfg, attention_impl, guided,
+              mesh=None, rules=WAN_RULES):
     """One guided transformer evaluation: both CFG halves in one batch of 2B.
 
     Args:
       latents: float32 ``(B, C, T, H, W)``.
       timestep: float32 ``(B,)``.
       context: ``(2B, 512, text_dim)`` (prompts, then negatives) if ``guided`` else ``(B, ...)``.
+      mesh, rules: the transformer's mesh and sharding rules (None: one device); with dp = 2 the
+        two CFG halves run on the two ``data`` shards.
 
     Returns:
       float32 ``(B, C, T, H, W)``: ``uncond + g * (cond - uncond)``.
     """
     x = latents.astype(params["patch_embedding"]["kernel"].dtype)
     if not guided:
-        return forward(params, x, timestep, context, cos, sin, cfg=cfg, attention_impl=attention_impl)
+        return _replicated(forward(params, x, timestep, context, cos, sin, cfg=cfg, attention_impl=attention_impl,
+                                   mesh=mesh, rules=rules), mesh)
     both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep]), context, cos, sin,
-                   cfg=cfg, attention_impl=attention_impl)
+                   cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
     cond, uncond = jnp.split(both, 2)
-    return uncond + guidance_scale * (cond - uncond)
+    return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+
+
+def _replicated(x, mesh):
+    # The sampler's state stays replicated, so every step's inputs keep the compiled shardings.
+    return x if mesh is None else jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
