@@ -1,0 +1,6 @@
+"""CogVideoX (CogVideoX-2b, -5b, -5b-I2V, CogVideoX1.5-5B, -I2V): transformer, VAE, pipelines.
+
+Modules: ``config`` (architectures, presets), ``transformer``, ``vae``, ``keymap`` (diffusers
+layout), ``layout`` (checkpoint folders), ``pipeline`` (``CogVideoXPipeline``,
+``CogVideoXImageToVideoPipeline``), ``demo`` (tiny checkpoints written without PyTorch).
+"""

@@ -1,0 +1,199 @@
+"""A tiny CogVideoX demo / fixture checkpoint, written without PyTorch.
+
+``write_demo_checkpoint(folder, variant=...)`` writes a complete diffusers-layout CogVideoX
+text-to-video folder (``model_index.json``, ``transformer/``, ``vae/``, ``text_encoder/``,
+``tokenizer/``, ``scheduler/``) with random weights and a tiny tokenizer, in the files, tensor
+names and config keys that diffusers' ``CogVideoXPipeline.save_pretrained`` writes, so diffusers
+loads it too. Variants follow the released architectures at a tiny size:
+
+``"2b"``
+    fixed 3D sin-cos positions, DDIM with ``snr_shift_scale`` 3.0, VAE scaling 1.15258426;
+``"5b"``
+    3D RoPE, ``snr_shift_scale`` 1.0, VAE scaling 0.7;
+``"1.5"``
+    RoPE with the ``slice`` grid, ``patch_size_t=2`` (linear patch embedding), no patch bias,
+    training grid 768 x 1360;
+``"5b-i2v"``, ``"1.5-i2v"``
+    the image-to-video models (``CogVideoXImageToVideoPipeline``): 32 input channels; 5B-I2V adds
+    a learned position table (fixing the resolution), 1.5-I2V the ``ofs`` embedding.
+
+The weights are random: the video is structured noise. The folder exercises the real loading
+and generation path end to end; a real checkpoint works by changing only the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from vidax.checkpoint.writer import save_component, write_json
+from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
+from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
+from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
+from vidax.models.cogvideox.keymap import transformer_keymap, vae_keymap
+from vidax.models.cogvideox.transformer import transformer_specs
+from vidax.models.cogvideox.vae import vae_specs
+from vidax.models.wan.demo import random_state_dict
+
+DIFFUSERS_VERSION = "0.42.1"
+TRANSFORMERS_VERSION = "5.24.0"
+DEMO_MARKER = "VIDAX_DEMO_CHECKPOINT.txt"
+VARIANTS = ("2b", "5b", "1.5", "5b-i2v", "1.5-i2v")
+
+
+def transformer_config(variant: str, text_embed_dim: int, **overrides) -> dict:
+    """A tiny ``CogVideoXTransformer3DModel`` config.json in the given variant (all keys diffusers writes)."""
+    v15, i2v = variant.startswith("1.5"), variant.endswith("-i2v")
+    cfg = {
+        "_class_name": "CogVideoXTransformer3DModel", "_diffusers_version": DIFFUSERS_VERSION,
+        "activation_fn": "gelu-approximate", "attention_bias": True, "attention_head_dim": 16, "dropout": 0.0,
+        "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 32 if i2v else 16, "max_text_seq_length": 226,
+        "norm_elementwise_affine": True, "norm_eps": 1e-05, "num_attention_heads": 2, "num_layers": 2,
+        "ofs_embed_dim": 32 if v15 and i2v else None, "out_channels": 16, "patch_bias": not v15, "patch_size": 2,
+        "patch_size_t": 2 if v15 else None, "sample_frames": 81 if v15 else 49,
+        "sample_height": 96 if v15 else 60, "sample_width": 170 if v15 else 90,
+        "spatial_interpolation_scale": 1.875, "temporal_compression_ratio": 4, "temporal_interpolation_scale": 1.0,
+        "text_embed_dim": text_embed_dim, "time_embed_dim": 32, "timestep_activation_fn": "silu",
+        "use_learned_positional_embeddings": variant == "5b-i2v", "use_rotary_positional_embeddings": variant != "2b",
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def vae_config(variant: str, **overrides) -> dict:
+    """A tiny ``AutoencoderKLCogVideoX`` config.json (the real 4-stage structure at 8-16 channels)."""
+    cfg = {
+        "_class_name": "AutoencoderKLCogVideoX", "_diffusers_version": DIFFUSERS_VERSION, "act_fn": "silu",
+        "block_out_channels": [8, 16, 16, 16], "down_block_types": ["CogVideoXDownBlock3D"] * 4,
+        "force_upcast": True, "in_channels": 3, "invert_scale_latents": variant.startswith("1.5"), "latent_channels": 16,
+        "latents_mean": None, "latents_std": None, "layers_per_block": 1, "norm_eps": 1e-06, "norm_num_groups": 4,
+        "out_channels": 3, "sample_height": 768 if variant.startswith("1.5") else 480,
+        "sample_width": 1360 if variant.startswith("1.5") else 720,
+        "scaling_factor": 1.15258426 if variant == "2b" else 0.7, "shift_factor": None, "temporal_compression_ratio": 4,
+        "up_block_types": ["CogVideoXUpBlock3D"] * 4, "use_post_quant_conv": False, "use_quant_conv": False,
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def text_encoder_config(vocab_size: int, **overrides) -> dict:
+    """A tiny transformers ``T5EncoderModel`` config.json (T5 v1.1: gated GELU, shared relative bias)."""
+    cfg = {
+        "architectures": ["T5EncoderModel"], "classifier_dropout": 0.0, "d_ff": 64, "d_kv": 8, "d_model": 32,
+        "dense_act_fn": "gelu_new", "dropout_rate": 0.1, "dtype": "float32", "eos_token_id": 1,
+        "feed_forward_proj": "gated-gelu", "initializer_factor": 1.0, "is_decoder": False, "is_encoder_decoder": False,
+        "is_gated_act": True, "layer_norm_epsilon": 1e-06, "model_type": "t5", "num_decoder_layers": 2, "num_heads": 4,
+        "num_layers": 2, "pad_token_id": 0, "relative_attention_max_distance": 128,
+        "relative_attention_num_buckets": 32, "scale_decoder_outputs": True, "tie_word_embeddings": True,
+        "transformers_version": TRANSFORMERS_VERSION, "use_cache": False, "vocab_size": vocab_size,
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def scheduler_config(variant: str) -> dict:
+    """The CogVideoX checkpoints' ``CogVideoXDDIMScheduler`` configuration (snr shift 3.0 for 2B, else 1.0)."""
+    return {
+        "_class_name": "CogVideoXDDIMScheduler", "_diffusers_version": DIFFUSERS_VERSION,
+        "beta_end": 0.012, "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False,
+        "clip_sample_range": 1.0, "num_train_timesteps": 1000, "prediction_type": "v_prediction",
+        "rescale_betas_zero_snr": True, "sample_max_value": 1.0, "set_alpha_to_one": True,
+        "snr_shift_scale": 3.0 if variant == "2b" else 1.0, "steps_offset": 0, "timestep_spacing": "trailing",
+        "trained_betas": None,
+    }
+
+
+MODEL_INDEX = {
+    "_class_name": "CogVideoXPipeline", "_diffusers_version": DIFFUSERS_VERSION,
+    "scheduler": ["diffusers", "CogVideoXDDIMScheduler"],
+    "text_encoder": ["transformers", "T5EncoderModel"],
+    "tokenizer": ["transformers", "T5Tokenizer"],
+    "transformer": ["diffusers", "CogVideoXTransformer3DModel"],
+    "vae": ["diffusers", "AutoencoderKLCogVideoX"],
+}
+
+
+def model_index(variant: str) -> dict:
+    """``model_index.json``: ``CogVideoXPipeline``, or ``CogVideoXImageToVideoPipeline`` for the I2V variants."""
+    name = "CogVideoXImageToVideoPipeline" if variant.endswith("-i2v") else "CogVideoXPipeline"
+    return {**MODEL_INDEX, "_class_name": name}
+
+
+def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "5b",
+                          transformer_overrides: dict | None = None, vae_overrides: dict | None = None,
+                          text_overrides: dict | None = None) -> Path:
+    """Write a tiny CogVideoX T2V checkpoint into ``folder`` (diffusers layout), without PyTorch.
+
+    Assembled under a temporary name beside ``folder`` and renamed into place when complete.
+
+    Args:
+      folder: target folder; must not exist yet.
+      seed: seed of the random weights.
+      variant: one of :data:`VARIANTS` (see the module docstring).
+      *_overrides: config.json overrides per component.
+
+    Returns:
+      ``folder``.
+
+    Raises:
+      FileExistsError: ``folder`` exists. ValueError: an unknown variant.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown CogVideoX demo variant {variant!r}; choose one of {VARIANTS}")
+    folder = Path(folder)
+    if folder.exists():
+        raise FileExistsError(f"{folder} exists; remove it to write a fresh demo checkpoint")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        rng = np.random.default_rng(seed)
+        vocab_size = Tokenizer.from_folder(write_demo_tokenizer(tmp / "tokenizer")).vocab_size
+        ecfg_json = text_encoder_config(vocab_size, **(text_overrides or {}))
+        tcfg_json = transformer_config(variant, ecfg_json["d_model"], **(transformer_overrides or {}))
+        vcfg_json = vae_config(variant, **(vae_overrides or {}))
+
+        ecfg = T5Config.from_dict(ecfg_json)
+        save_component(tmp / "text_encoder", "model.safetensors",
+                       random_state_dict(t5_keymap(ecfg), t5_specs(ecfg), rng), ecfg_json)
+        tcfg = CogVideoXTransformerConfig.from_dict(tcfg_json)
+        save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors",
+                       random_state_dict(transformer_keymap(tcfg), transformer_specs(tcfg), rng), tcfg_json)
+        vcfg = CogVideoXVAEConfig.from_dict(vcfg_json)
+        save_component(tmp / "vae", "diffusion_pytorch_model.safetensors",
+                       random_state_dict(vae_keymap(vcfg), vae_specs(vcfg), rng), vcfg_json)
+        (tmp / "scheduler").mkdir()
+        write_json(tmp / "scheduler" / "scheduler_config.json", scheduler_config(variant))
+        write_json(tmp / "model_index.json", model_index(variant))
+        (tmp / DEMO_MARKER).write_text(
+            f"vidax demo checkpoint: CogVideoX ({variant}) architecture at a tiny size with RANDOM weights.\n"
+            "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
+        )
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Write a tiny random-weight CogVideoX checkpoint (diffusers layout).")
+    p.add_argument("folder")
+    p.add_argument("--variant", choices=VARIANTS, default="5b")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--if-absent", action="store_true", help="do nothing if the folder already holds a checkpoint")
+    args = p.parse_args(argv)
+    folder = Path(args.folder)
+    if args.if_absent and (folder / "model_index.json").is_file():
+        print(f"{folder}: demo checkpoint present")
+        return 0
+    write_demo_checkpoint(folder, seed=args.seed, variant=args.variant)
+    print(f"{folder}: wrote CogVideoX demo checkpoint ({args.variant})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,524 @@
+"""CogVideoX text-to-video (:class:`CogVideoXPipeline`) and image-to-video
+(:class:`CogVideoXImageToVideoPipeline`): prompt (and image) in, uint8 frames out.
+
+Follows diffusers ``pipelines/cogvideo/pipeline_cogvideox.py`` (``CogVideoXPipeline``):
+
+1. prompts tokenized to 226 T5 tokens (right padding, ``</s>`` appended) and encoded by the
+   T5 v1.1 encoder *without* an attention mask (the reference passes none: every padding
+   token is attended and kept; paper Table 4 fault 2 is why the encoder runs in float32);
+2. Gaussian latents ``(B, F', C, H/8, W/8)`` in the reference's ``(B, F, C, H, W)`` layout with
+   ``F' = (num_frames - 1) / 4 + 1``; CogVideoX1.5 (``patch_size_t = 2``) pads ``F'`` to a
+   multiple of 2 with extra frames that are dropped *from the front* before decoding;
+3. position tables (2B sin-cos; 5B / 1.5 RoPE) built once on the host;
+4. classifier-free guidance over a ``[negative, prompt]`` batch, ``uncond + g (cond - uncond)``,
+   with the reference's dynamic ``g`` (:func:`vidax.schedulers.guidance_scale_at`) if asked;
+5. the CogVideoX DDIM or DPM sampler (:mod:`vidax.schedulers.cogvideox`; DPM draws fresh noise
+   every step, from a JAX key or from a caller's ``step_noise``);
+6. latents divided by the VAE ``scaling_factor`` and decoded (optionally in spatial tiles);
+   frames ``clip(x / 2 + 0.5, 0, 1)``.
+
+Image-to-video adds VAE-encoded image latents on the channel axis (see the class).
+
+The sampling loop is a host loop around one compiled transformer step (both CFG halves in one
+batch), compiled ahead of time, so it compiles once per run. The sampler state stays float32
+(the reference rounds the latents to the transformer dtype after every step).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.loader import load_params
+from vidax.core.attention import AttentionImpl
+from vidax.encoders.t5 import encode as t5_encode
+from vidax.encoders.t5 import t5_specs
+from vidax.encoders.tokenizer import Tokenizer
+from vidax.models.cogvideox import vae as cvae
+from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
+from vidax.models.cogvideox.layout import resolve_checkpoint
+from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
+from vidax.schedulers import CogVideoXDPMScheduler, guidance_scale_at, scheduler_from_config
+
+#: T5 tokens per prompt (the pipeline's ``max_sequence_length`` and the transformers' ``max_text_seq_length``).
+MAX_SEQUENCE_LENGTH = 226
+SAMPLERS = {"ddim": "CogVideoXDDIMScheduler", "dpm": "CogVideoXDPMScheduler"}
+
+
+def latent_frames(cfg: CogVideoXTransformerConfig, num_frames: int) -> tuple[int, int]:
+    """``(latent frames, padding frames)`` for ``num_frames`` video frames.
+
+    ``(num_frames - 1) // temporal_compression_ratio + 1`` latent frames; CogVideoX1.5 adds
+    ``padding`` frames to reach a multiple of ``patch_size_t`` (dropped again before decoding).
+    """
+    f = (num_frames - 1) // cfg.temporal_compression_ratio + 1
+    pt = cfg.temporal_patch
+    return f, (pt - f % pt) % pt
+
+
+def check_inputs(cfg: CogVideoXTransformerConfig, vae_cfg: CogVideoXVAEConfig, height: int, width: int,
+                 num_frames: int) -> None:
+    """Reject sizes the model cannot run, naming the nearest valid values. Runs before any compute.
+
+    Rules:
+
+    * ``num_frames = 8k + 1`` (49 for CogVideoX, 81 for 1.5): the VAE decodes its first chunk of
+      an odd number of latent frames to ``4 (n - 1) + 1`` frames and every later pair to 8, so
+      only an odd latent count gives back ``num_frames`` frames (the reference silently returns
+      3 more frames for ``8k + 5``);
+    * ``height`` and ``width`` positive multiples of 16 (VAE 8x, patch 2);
+    * CogVideoX1.5: the token grid within the training grid (RoPE tables of that size are sliced);
+    * learned positions (5B I2V): exactly the training resolution.
+
+    Raises:
+      ValueError: one message listing every problem with its fix.
+    """
+    problems = []
+    step = 2 * vae_cfg.temporal_compression
+    if not isinstance(num_frames, int) or num_frames < 1 or (num_frames - 1) % step:
+        lo = max(1, (int(num_frames) - 1) // step * step + 1)
+        problems.append(
+            f"num_frames={num_frames} must be of the form {step}k+1 (an odd number of latent frames, which the "
+            f"VAE decodes back to exactly num_frames; 49 for CogVideoX, 81 for CogVideoX1.5): use {lo} or {lo + step}"
+        )
+    multiple = vae_cfg.spatial_compression * cfg.patch_size
+    for name, v in (("height", height), ("width", width)):
+        if not isinstance(v, int) or v < multiple or v % multiple:
+            lo = int(v) // multiple * multiple
+            choice = f"{lo} or {lo + multiple}" if lo >= multiple else f"{multiple}"
+            problems.append(f"{name}={v} must be a positive multiple of {multiple}: use {choice}")
+    s = vae_cfg.spatial_compression
+    if cfg.patch_size_t is not None and not problems:
+        max_h, max_w = cfg.sample_height * s, cfg.sample_width * s
+        if height > max_h or width > max_w:
+            problems.append(f"{height}x{width} exceeds this CogVideoX1.5 model's RoPE grid: at most {max_h}x{max_w} pixels")
+    if cfg.use_learned_positional_embeddings and (height, width) != (cfg.sample_height * s, cfg.sample_width * s):
+        problems.append(f"this model has a learned position table: generate at exactly "
+                        f"{cfg.sample_height * s}x{cfg.sample_width * s} (height x width)")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+@dataclass
+class CogVideoXOutput:
+    """Result of a pipeline call.
+
+    Attributes:
+      frames: uint8 ``(B, F, H, W, 3)`` RGB (float32 in ``[0, 1]`` with ``output_type="float"``).
+      latents: float32 final latents ``(B, F', C, H/8, W/8)`` (padding frames removed).
+      fps: frames per second to write the video at (8 for CogVideoX, 16 for 1.5).
+      metrics: timings in seconds and peak memory in bytes.
+    """
+
+    frames: np.ndarray
+    latents: np.ndarray
+    fps: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class CogVideoXPipeline:
+    """CogVideoX text-to-video (2B, 5B, 1.5-5B), loaded once from a diffusers-layout folder.
+
+    Example::
+
+        pipe = CogVideoXPipeline.from_pretrained("CogVideoX-5b", dtype="bfloat16")
+        out = pipe("a panda playing guitar", height=480, width=720, num_frames=49,
+                   sampler="dpm", use_dynamic_cfg=True)
+        write_video(out.frames[0], "panda.mp4", fps=out.fps)
+    """
+
+    #: transformer input channels per VAE latent channel: 1 (noise) here, 2 (noise + image) for image-to-video.
+    _CONDITION_CHANNELS = 1
+    _TASK = "text-to-video"
+
+    def __init__(self, folder: Path, transformer_cfg: CogVideoXTransformerConfig, transformer_params: dict,
+                 vae_cfg: CogVideoXVAEConfig, vae_params: dict, text_cfg, text_params: dict, tokenizer: Tokenizer,
+                 scheduler_config: dict, attention: str = "auto"):
+        self.folder = folder
+        self.transformer_cfg = transformer_cfg
+        self.transformer_params = transformer_params
+        self.vae_cfg = vae_cfg
+        self.vae_params = vae_params
+        self.text_cfg = text_cfg
+        self.text_params = text_params
+        self.tokenizer = tokenizer
+        self.scheduler_config = scheduler_config
+        self.attention = AttentionImpl(attention)
+        self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided"))
+        self.load_seconds = 0.0
+
+    @property
+    def fps(self) -> int:
+        """Frame rate of the training videos: 16 for CogVideoX1.5, 8 for CogVideoX."""
+        return 16 if self.transformer_cfg.patch_size_t is not None else 8
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
+                        vae_dtype: Any = "float32", attention: str = "auto") -> CogVideoXPipeline:
+        """Load a diffusers-layout CogVideoX text-to-video folder.
+
+        Args:
+          folder: ``model_index.json``, ``transformer/``, ``vae/``, ``text_encoder/``, ``tokenizer/``,
+            ``scheduler/``.
+          dtype: transformer weight dtype ("bfloat16" or "float32"). Checkpoint tensors are cast on
+            the host (the 2B model's fp16 weights become bf16); norms, embedders and AdaLN
+            projections stay float32.
+          text_encoder_dtype: T5 dtype, float32 by default (paper Table 4 fault 2).
+          vae_dtype: VAE dtype.
+          attention: attention implementation (see :mod:`vidax.core.attention`). Default ``"auto"``:
+            the joint sequence is long (17,776 tokens at 480x720x49), so the ``(B, H, S, S)`` scores
+            of ``"xla"`` do not fit; ``auto`` picks cuDNN / splash / query-chunked attention.
+
+        Raises:
+          CheckpointError: a missing part (named), a text encoder whose width is not the
+            transformer's ``text_embed_dim``, an image-to-video checkpoint, or weights that do not
+            match their configuration (all mismatches listed at once).
+          ValueError: an unsupported configuration.
+        """
+        t0 = time.perf_counter()
+        ckpt = resolve_checkpoint(folder)
+        tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
+        if tcfg.in_channels != cls._CONDITION_CHANNELS * vcfg.latent_channels:
+            kind = "an image-to-video" if tcfg.in_channels == 2 * vcfg.latent_channels else "a text-to-video"
+            use = "CogVideoXImageToVideoPipeline" if kind == "an image-to-video" else "CogVideoXPipeline"
+            raise CheckpointError(
+                f"{ckpt.folder}: the transformer takes {tcfg.in_channels} latent channels and the VAE makes "
+                f"{vcfg.latent_channels}: this is {kind} checkpoint ({ckpt.pipeline_class}); {cls.__name__} runs "
+                f"{cls._TASK}: use {use}"
+            )
+        if ecfg.d_model != tcfg.text_embed_dim:
+            raise CheckpointError(
+                f"{ckpt.folder}: the text encoder is {ecfg.d_model} wide but the transformer expects text_embed_dim="
+                f"{tcfg.text_embed_dim}; the components belong to different models"
+            )
+        tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), transformer_specs(tcfg),
+                              jnp.dtype(dtype), source=str(ckpt.part("transformer")))
+        vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
+                              source=str(ckpt.part("vae")))
+        ereader = ckpt.reader("text_encoder")
+        eparams = load_params(ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
+                              jnp.dtype(text_encoder_dtype), source=str(ckpt.part("text_encoder")))
+        tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
+        pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
+                   attention)
+        jax.block_until_ready((tparams, vparams, eparams))
+        pipe.load_seconds = time.perf_counter() - t0
+        return pipe
+
+    # -- stages ----------------------------------------------------------
+
+    def encode_prompt(self, prompts: list[str]) -> jax.Array:
+        """T5 states for ``prompts``: float32 ``(B, 226, d_model)`` (``_get_t5_prompt_embeds``).
+
+        All 226 positions are kept and attend to each other, padding included, as in the reference
+        (it calls the encoder without an attention mask).
+        """
+        ids, _ = self.tokenizer(list(prompts), max_length=MAX_SEQUENCE_LENGTH)
+        return t5_encode(self.text_params, self.text_cfg, ids, np.ones_like(ids))
+
+    def make_scheduler(self, sampler: str | None = None):
+        """The checkpoint's scheduler configuration as DDIM (``"ddim"``), DPM (``"dpm"``) or as saved (None).
+
+        Raises:
+          ValueError: an unknown sampler name, or a configuration the samplers do not support.
+        """
+        config = dict(self.scheduler_config)
+        if sampler is not None:
+            if sampler not in SAMPLERS:
+                raise ValueError(f"unknown sampler {sampler!r}; choose one of {sorted(SAMPLERS)}")
+            config["_class_name"] = SAMPLERS[sampler]
+        return scheduler_from_config(config)
+
+    def decode_latents(self, latents: jax.Array, tiling: cvae.VAETiling | None = None) -> np.ndarray:
+        """``(B, F', C, h, w)`` diffusion latents -> float32 video ``(B, F, H, W, 3)`` in ``[0, 1]``."""
+        z = cvae.unscale_latents(self.vae_cfg, jnp.swapaxes(jnp.asarray(latents, jnp.float32), 1, 2))
+        video = np.asarray(cvae.decode(self.vae_params, self.vae_cfg, z, tiling=tiling), np.float32)
+        return np.clip(video.transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0.0, 1.0)
+
+    def __call__(
+        self,
+        prompt: str | list[str],
+        negative_prompt: str | list[str] | None = None,
+        *,
+        height: int = 480,
+        width: int = 720,
+        num_frames: int = 49,
+        num_inference_steps: int = 50,
+        guidance_scale: float = 6.0,
+        use_dynamic_cfg: bool = False,
+        sampler: str | None = None,
+        seed: int = 0,
+        latents: np.ndarray | None = None,
+        step_noise: Callable[[int], np.ndarray] | None = None,
+        vae_tiling: cvae.VAETiling | bool | None = None,
+        output_type: str = "uint8",
+        progress: bool = True,
+    ) -> CogVideoXOutput:
+        """Generate videos.
+
+        Args:
+          prompt: one prompt or a list (batch).
+          negative_prompt: for classifier-free guidance; default "" (as diffusers).
+          height, width: pixels, multiples of 16 (480 x 720 for CogVideoX, 768 x 1360 for 1.5).
+          num_frames: ``8k + 1`` frames (49; 81 for 1.5); see :func:`check_inputs`.
+          num_inference_steps: sampler steps.
+          guidance_scale: CFG scale; guidance is off at 1.0 or below.
+          use_dynamic_cfg: the reference's timestep-dependent guidance scale.
+          sampler: ``"ddim"``, ``"dpm"``, or None for the checkpoint's scheduler (DDIM).
+          seed: PRNG seed of the initial noise and of the DPM sampler's per-step noise.
+          latents: explicit initial latents float32 ``(B, F' + padding, C, H/8, W/8)`` (see
+            :func:`latent_frames`) instead of noise.
+          step_noise: DPM only: ``step_noise(i)`` gives step ``i``'s noise (latents' shape) instead
+            of drawing it from ``seed`` (for reproducing another implementation's noise).
+          vae_tiling: decode in spatial tiles: True (the reference's ``enable_tiling()`` defaults),
+            a :class:`~vidax.models.cogvideox.vae.VAETiling`, or None/False (untiled).
+          output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
+          progress: show a progress bar.
+
+        Returns:
+          :class:`CogVideoXOutput` with frames ``(B, F, H, W, 3)``.
+
+        Raises:
+          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents,
+            an unknown sampler or output type.
+        """
+        return self._generate(prompt, negative_prompt, None, height=height, width=width, num_frames=num_frames,
+                              num_inference_steps=num_inference_steps, guidance_scale=guidance_scale,
+                              use_dynamic_cfg=use_dynamic_cfg, sampler=sampler, seed=seed, latents=latents,
+                              step_noise=step_noise, vae_tiling=vae_tiling, output_type=output_type, progress=progress)
+
+    def _prepare(self, prompt, negative_prompt, height, width, num_frames, output_type, latents):
+        """Checks shared by the text- and image-to-video calls; returns ``(prompts, negatives, noise shape, pad)``."""
+        tcfg = self.transformer_cfg
+        check_inputs(tcfg, self.vae_cfg, height, width, num_frames)
+        if output_type not in ("uint8", "float"):
+            raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        negatives = negative_prompt if negative_prompt is not None else ""
+        negatives = [negatives] * len(prompts) if isinstance(negatives, str) else list(negatives)
+        if len(negatives) != len(prompts):
+            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
+        f, pad = latent_frames(tcfg, num_frames)
+        s = self.vae_cfg.spatial_compression
+        shape = (len(prompts), f + pad, self.vae_cfg.latent_channels, height // s, width // s)
+        if latents is not None and tuple(latents.shape) != shape:
+            raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} (B, F, C, H, W) for these sizes")
+        return prompts, negatives, shape, pad
+
+    def _generate(self, prompt, negative_prompt, condition, *, height, width, num_frames, num_inference_steps,
+                  guidance_scale, use_dynamic_cfg, sampler, seed, latents, step_noise, vae_tiling, output_type,
+                  progress) -> CogVideoXOutput:
+        """The sampling run behind both pipelines.
+
+        ``condition``: None (text-to-video), or a function ``(noise shape, key) -> (B, F, C, h, w)`` latents
+        concatenated to the noisy latents on the channel axis at every step (image-to-video).
+        """
+        tcfg = self.transformer_cfg
+        prompts, negatives, shape, pad = self._prepare(prompt, negative_prompt, height, width, num_frames,
+                                                       output_type, latents)
+        guided = guidance_scale > 1.0
+        b = len(prompts)
+        scheduler = self.make_scheduler(sampler)
+        stochastic = isinstance(scheduler, CogVideoXDPMScheduler)
+        if step_noise is not None and not stochastic:
+            raise ValueError("step_noise is for the DPM sampler; this run uses DDIM")
+        tiling = cvae.VAETiling() if vae_tiling is True else (vae_tiling or None)
+        metrics: dict[str, Any] = {"load_s": self.load_seconds}
+
+        t0 = time.perf_counter()
+        text = self.encode_prompt(negatives + prompts if guided else prompts)  # [uncond, cond], as the reference
+        dtype = self.transformer_params["blocks"]["attn1"]["to_q"]["kernel"].dtype
+        context = text.astype(dtype)
+        jax.block_until_ready(context)
+        metrics["text_encoder_s"] = time.perf_counter() - t0
+
+        state = scheduler.set_timesteps(num_inference_steps)
+        latent_key, noise_key, image_key = jax.random.split(jax.random.key(seed), 3)
+        cond = None
+        if condition is not None:
+            t0 = time.perf_counter()
+            cond = condition(shape, image_key)
+            jax.block_until_ready(cond)
+            metrics["image_encoder_s"] = time.perf_counter() - t0
+        if latents is None:
+            x = jax.random.normal(latent_key, shape, jnp.float32) * scheduler.init_noise_sigma
+        else:
+            x = jnp.asarray(latents, jnp.float32)
+        # Placed once: the 2B sin-cos table is (tokens x width) floats, not to be re-sent every step.
+        positions = jax.tree.map(jnp.asarray, position_tables(tcfg, shape))
+        ofs = jnp.full((1,), 2.0, jnp.float32) if tcfg.ofs_embed_dim else None  # the I2V pipeline's fixed ofs
+        step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided)
+
+        t0 = time.perf_counter()
+        compiled = self._step.lower(self.transformer_params, x, jnp.zeros((b,), jnp.float32), context, positions,
+                                    jnp.float32(guidance_scale), cond, ofs, **step_args).compile()
+        metrics["compile_s"] = time.perf_counter() - t0
+
+        step_times = []
+        n = state.num_inference_steps
+        for i in tqdm(range(n), desc="denoising", disable=not progress):
+            ts = time.perf_counter()
+            t = state.timesteps[i]
+            g = jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg))
+            pred = compiled(self.transformer_params, x, jnp.full((b,), t, jnp.float32), context, positions, g, cond, ofs)
+            if stochastic:
+                noise = None if step_noise is None else jnp.asarray(step_noise(i), jnp.float32)
+                key = None if step_noise is not None else jax.random.fold_in(noise_key, i)
+                x, state = scheduler.step(state, pred, x, i, noise=noise, key=key)
+            else:
+                x, state = scheduler.step(state, pred, x, i)
+            jax.block_until_ready(x)
+            step_times.append(time.perf_counter() - ts)
+        metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
+        metrics["sampling_s"] = float(np.sum(step_times))
+
+        t0 = time.perf_counter()
+        x = x[:, pad:]  # CogVideoX1.5: the padding frames are dropped from the front, as the reference does
+        frames = self.decode_latents(x, tiling)
+        metrics["vae_decode_s"] = time.perf_counter() - t0
+        if output_type == "uint8":
+            frames = np.round(frames * 255.0).astype(np.uint8)
+        metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+        return CogVideoXOutput(frames=frames, latents=np.asarray(x), fps=self.fps, metrics=metrics)
+
+    def compilations(self) -> int:
+        """How many times the transformer step has been compiled by this pipeline."""
+        return self._step._cache_size()
+
+
+def _cfg_step(params, latents, timestep, context, positions, guidance_scale, cond=None, ofs=None, *, cfg,
+              attention_impl, guided):
+    """One guided transformer evaluation: both CFG halves in one batch of 2B.
+
+    Args:
+      latents: float32 ``(B, F, C, H, W)``.
+      timestep: float32 ``(B,)``.
+      context: ``(2B, 226, text_dim)`` (negatives, then prompts) if ``guided`` else ``(B, ...)``.
+      guidance_scale: float32 scalar (traced: the dynamic CFG scale changes every step).
+      cond: image-to-video: ``(B, F, C, H, W)`` image latents, concatenated after ``latents`` on the
+        channel axis (both CFG halves get them); None for text-to-video.
+      ofs: CogVideoX1.5 I2V ``ofs`` ``(1,)``, else None.
+
+    Returns:
+      float32 ``(B, F, C, H, W)``: ``uncond + g * (cond - uncond)``.
+    """
+    x = latents if cond is None else jnp.concatenate([latents, cond.astype(latents.dtype)], axis=2)
+    if not guided:
+        return forward(params, x, timestep, context, positions, ofs, cfg=cfg, attention_impl=attention_impl)
+    both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep]), context, positions, ofs,
+                   cfg=cfg, attention_impl=attention_impl)
+    uncond, text = jnp.split(both, 2)
+    return uncond + guidance_scale * (text - uncond)
+
+
+class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
+    """CogVideoX image-to-video (5B-I2V, 1.5-5B-I2V): the first frame given, the rest generated.
+
+    Follows diffusers ``pipelines/cogvideo/pipeline_cogvideox_image2video.py``
+    (``CogVideoXImageToVideoPipeline``): the image (in ``[0, 1]``, mapped to ``[-1, 1]``) is
+    encoded by the VAE as a one-frame video and *sampled* from its latent distribution
+    (``mean + std * noise``), scaled by the VAE ``scaling_factor`` (divided by it when the VAE config
+    says ``invert_scale_latents``, CogVideoX1.5), followed by zero latent frames up to the noise
+    latents' length; at every step these image latents are concatenated to the noisy latents on the
+    channel axis (the transformer takes ``2 x 16`` channels). CogVideoX1.5 also passes ``ofs = 2.0``
+    and pads the latent frames as text-to-video does (the image then sits in the padding frame that
+    is dropped before decoding, exactly as in the reference). The 5B-I2V transformer has a learned
+    position table and runs at 480 x 720 only.
+
+    The image must already have the output size: the reference resizes other sizes with PIL,
+    which is not reproduced here.
+    """
+
+    _CONDITION_CHANNELS = 2
+    _TASK = "image-to-video"
+
+    def encode_image(self, image: np.ndarray, key: jax.Array, image_noise: np.ndarray | None = None) -> jax.Array:
+        """Image latents ``(B, 1, C, h, w)`` in diffusion space (``prepare_latents``'s ``image_latents`` before padding).
+
+        Args:
+          image: ``(B, H, W, 3)`` uint8, or float in ``[0, 1]``.
+          key: JAX key of the posterior sample's noise (unless ``image_noise`` is given).
+          image_noise: optional ``(B, C, 1, h, w)`` standard normal noise of the posterior sample.
+        """
+        img = np.asarray(image)
+        x = img.astype(np.float32) / 255.0 if img.dtype == np.uint8 else img.astype(np.float32)
+        x = jnp.asarray(x).transpose(0, 3, 1, 2)[:, :, None] * 2.0 - 1.0  # (B, 3, 1, H, W) in [-1, 1]
+        mean, logvar = cvae.encode(self.vae_params, self.vae_cfg, x)
+        noise = jax.random.normal(key, mean.shape, jnp.float32) if image_noise is None else jnp.asarray(image_noise, jnp.float32)
+        if noise.shape != mean.shape:
+            raise ValueError(f"image_noise has shape {tuple(noise.shape)}, expected {tuple(mean.shape)}")
+        z = jnp.swapaxes(mean + jnp.exp(0.5 * logvar) * noise, 1, 2)
+        sf = self.vae_cfg.scaling_factor
+        return (1 / sf) * z if self.vae_cfg.invert_scale_latents else sf * z
+
+    def __call__(
+        self,
+        image: np.ndarray,
+        prompt: str | list[str],
+        negative_prompt: str | list[str] | None = None,
+        *,
+        height: int = 480,
+        width: int = 720,
+        num_frames: int = 49,
+        num_inference_steps: int = 50,
+        guidance_scale: float = 6.0,
+        use_dynamic_cfg: bool = False,
+        sampler: str | None = None,
+        seed: int = 0,
+        latents: np.ndarray | None = None,
+        step_noise: Callable[[int], np.ndarray] | None = None,
+        image_noise: np.ndarray | None = None,
+        vae_tiling: cvae.VAETiling | bool | None = None,
+        output_type: str = "uint8",
+        progress: bool = True,
+    ) -> CogVideoXOutput:
+        """Generate videos that start from ``image``.
+
+        Args:
+          image: ``(H, W, 3)`` or ``(B, H, W, 3)`` (one per prompt), uint8 or float in ``[0, 1]``, at
+            exactly ``height x width``.
+          image_noise: the VAE posterior sample's noise ``(B, C, 1, H/8, W/8)``; default from ``seed``.
+          Others: as :meth:`CogVideoXPipeline.__call__`.
+
+        Raises:
+          ValueError: an image of another size or batch than the prompts, and everything
+            :meth:`CogVideoXPipeline.__call__` raises.
+        """
+        img = np.asarray(image)
+        img = img[None] if img.ndim == 3 else img
+        n_prompts = 1 if isinstance(prompt, str) else len(prompt)
+        if img.ndim != 4 or img.shape[-1] != 3:
+            raise ValueError(f"image must be (H, W, 3) or (B, H, W, 3) RGB, got shape {tuple(np.shape(image))}")
+        if img.shape[1:3] != (height, width):
+            raise ValueError(f"image is {img.shape[1]}x{img.shape[2]} but the video is {height}x{width} (height x width): "
+                             "resize the image first (the reference resizes with PIL, which vidax does not reproduce)")
+        if img.shape[0] != n_prompts:
+            raise ValueError(f"{img.shape[0]} images for {n_prompts} prompts; pass one image per prompt")
+        pt = self.transformer_cfg.patch_size_t
+
+        def condition(shape, key):
+            b, f, c, h, w = shape
+            z = self.encode_image(img, key, image_noise)
+            cond = jnp.concatenate([z, jnp.zeros((b, f - 1, c, h, w), z.dtype)], axis=1)
+            if pt is not None:  # reference: prepend cond[:, : F % p_t] (empty once F is padded to a multiple)
+                cond = jnp.concatenate([cond[:, : cond.shape[1] % pt], cond], axis=1)
+            return cond
+
+        return self._generate(prompt, negative_prompt, condition, height=height, width=width, num_frames=num_frames,
+                              num_inference_steps=num_inference_steps, guidance_scale=guidance_scale,
+                              use_dynamic_cfg=use_dynamic_cfg, sampler=sampler, seed=seed, latents=latents,
+                              step_noise=step_noise, vae_tiling=vae_tiling, output_type=output_type, progress=progress)

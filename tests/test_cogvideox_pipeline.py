@@ -1,0 +1,231 @@
+"""End-to-end parity of CogVideoX text-to-video with diffusers' ``CogVideoXPipeline``, on demo checkpoints.
+
+The checkpoints are written by our own code (no PyTorch); diffusers loading them is itself the
+proof that they have the real layout. Both pipelines get the same prompt, negative prompt and
+initial latents; for the DPM sampler, whose every step draws noise, diffusers' ``randn_tensor``
+is replaced by the same per-step noise our pipeline takes through ``step_noise``.
+"""
+
+import json
+
+import jax.monitoring
+import numpy as np
+import pytest
+import torch
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.models.cogvideox.demo import write_demo_checkpoint
+from vidax.models.cogvideox.pipeline import (
+    CogVideoXImageToVideoPipeline,
+    CogVideoXPipeline,
+    check_inputs,
+    latent_frames,
+)
+
+PROMPT = "A panda playing a small guitar in a bamboo forest, 4k"
+NEGATIVE = "blurry, static"
+H, W, F = 32, 48, 9
+STEPS = 4
+
+
+# The 5B-I2V transformer's learned position table fixes its resolution: make it the test size.
+I2V_OVERRIDES = {"5b-i2v": {"sample_height": H // 8, "sample_width": W // 8, "sample_frames": F}}
+
+
+@pytest.fixture(scope="module")
+def pipes(tmp_path_factory):
+    """``pipes(variant) -> (checkpoint folder, ours, diffusers')``, built once per variant."""
+    from diffusers import CogVideoXImageToVideoPipeline as ReferenceI2V
+    from diffusers import CogVideoXPipeline as Reference
+
+    cache = {}
+
+    def get(variant):
+        if variant not in cache:
+            i2v = variant.endswith("-i2v")
+            ckpt = write_demo_checkpoint(tmp_path_factory.mktemp("cogvideox") / variant, seed=3, variant=variant,
+                                         transformer_overrides=I2V_OVERRIDES.get(variant))
+            reference = (ReferenceI2V if i2v else Reference).from_pretrained(ckpt, dtype=torch.float32)
+            reference.set_progress_bar_config(disable=True)
+            ours = (CogVideoXImageToVideoPipeline if i2v else CogVideoXPipeline).from_pretrained(ckpt, dtype="float32")
+            cache[variant] = ckpt, ours, reference
+        return cache[variant]
+
+    return get
+
+
+def _reference_frames(reference, sampler, latents, noises, dynamic, monkeypatch, **image):
+    import diffusers.schedulers.scheduling_dpm_cogvideox as dpm_module
+    from diffusers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
+
+    cls = CogVideoXDPMScheduler if sampler == "dpm" else CogVideoXDDIMScheduler
+    saved = reference.scheduler
+    reference.scheduler = cls.from_config(saved.config)
+    if sampler == "dpm":
+        step_index = {"i": -1}
+        step = reference.scheduler.step
+
+        def counted_step(*args, **kwargs):
+            step_index["i"] += 1
+            return step(*args, **kwargs)
+
+        reference.scheduler.step = counted_step
+        # A second-order step draws twice and uses the second draw: both get this step's noise.
+        monkeypatch.setattr(dpm_module, "randn_tensor",
+                            lambda shape, generator=None, device=None, dtype=None:
+                            torch.from_numpy(noises[step_index["i"]]).to(dtype))
+    try:
+        with torch.no_grad():
+            return reference(prompt=PROMPT, negative_prompt=NEGATIVE, height=H, width=W, num_frames=F,
+                             num_inference_steps=STEPS, guidance_scale=6.0, use_dynamic_cfg=dynamic,
+                             latents=torch.from_numpy(latents), output_type="np", **image).frames
+    finally:
+        reference.scheduler = saved  # the fixture is shared: leave it as loaded
+
+
+@pytest.mark.parametrize("variant, sampler, dynamic", [
+    ("5b", "ddim", False), ("5b", "dpm", True), ("2b", "ddim", False), ("1.5", "dpm", False),
+], ids=["5b-ddim", "5b-dpm-dynamic-cfg", "2b-ddim", "1.5-dpm"])
+def test_frames_match_diffusers_after_4_steps(pipes, variant, sampler, dynamic, monkeypatch):
+    _, ours, reference = pipes(variant)
+    f, pad = latent_frames(ours.transformer_cfg, F)
+    assert pad == (1 if variant == "1.5" else 0)  # 3 latent frames; 1.5 pads to a multiple of patch_size_t
+    shape = (1, f + pad, 16, H // 8, W // 8)
+    latents = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    noises = [np.random.default_rng(100 + i).standard_normal(shape, dtype=np.float32) for i in range(STEPS)]
+    ref = _reference_frames(reference, sampler, latents, noises, dynamic, monkeypatch)
+    out = ours(PROMPT, NEGATIVE, height=H, width=W, num_frames=F, num_inference_steps=STEPS, guidance_scale=6.0,
+               use_dynamic_cfg=dynamic, sampler=sampler, latents=latents,
+               step_noise=(lambda i: noises[i]) if sampler == "dpm" else None, output_type="float", progress=False)
+    assert out.frames.shape == ref.shape == (1, F, H, W, 3)
+    assert np.abs(out.frames - ref).max() < 2 / 255
+    assert ref.std() > 0.05  # the comparison is not vacuous: the frames vary
+    assert out.fps == (16 if variant == "1.5" else 8)
+
+
+@pytest.mark.parametrize("variant, sampler", [("5b-i2v", "ddim"), ("1.5-i2v", "dpm")])
+def test_image_to_video_frames_match_diffusers(pipes, variant, sampler, monkeypatch):
+    """CogVideoXImageToVideoPipeline: image latents sampled from the VAE posterior (same noise for both),
+    concatenated on channels; 5B-I2V with its learned position table, 1.5-I2V with ofs and frame padding."""
+    import diffusers.models.autoencoders.vae as vae_module
+
+    _, ours, reference = pipes(variant)
+    f, pad = latent_frames(ours.transformer_cfg, F)
+    shape = (1, f + pad, 16, H // 8, W // 8)
+    rng = np.random.default_rng(1)
+    latents = rng.standard_normal(shape, dtype=np.float32)
+    image = rng.uniform(0, 1, (1, H, W, 3)).astype(np.float32)
+    image_noise = rng.standard_normal((1, 16, 1, H // 8, W // 8), dtype=np.float32)
+    noises = [np.random.default_rng(200 + i).standard_normal(shape, dtype=np.float32) for i in range(STEPS)]
+    monkeypatch.setattr(vae_module, "randn_tensor", lambda shape, generator=None, device=None, dtype=None:
+                        torch.from_numpy(image_noise).to(dtype))
+    ref = _reference_frames(reference, sampler, latents, noises, False, monkeypatch,
+                            image=torch.from_numpy(image).permute(0, 3, 1, 2))
+    kwargs = dict(height=H, width=W, num_frames=F, num_inference_steps=STEPS, guidance_scale=6.0, sampler=sampler,
+                  latents=latents, step_noise=(lambda i: noises[i]) if sampler == "dpm" else None,
+                  image_noise=image_noise, output_type="float", progress=False)
+    out = ours(image, PROMPT, NEGATIVE, **kwargs)
+    assert out.frames.shape == ref.shape == (1, F, H, W, 3)
+    assert np.abs(out.frames - ref).max() < 2 / 255
+    other = ours(1.0 - image, PROMPT, NEGATIVE, **kwargs)
+    assert np.abs(other.frames - out.frames).max() > 0.05  # the image conditions the video
+    with pytest.raises(ValueError, match="resize the image first"):
+        ours(image[:, :16], PROMPT, **{**kwargs, "latents": None})
+
+
+def test_step_compiles_once_and_seed_reproduces(pipes):
+    ckpt, _, _ = pipes("5b")
+    compiled = []
+
+    def listener(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration" and "_cfg_step" in kw.get("fun_name", ""):
+            compiled.append(kw["fun_name"])
+
+    pipe = CogVideoXPipeline.from_pretrained(ckpt, dtype="float32")
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        a = pipe(PROMPT, height=H, width=W, num_frames=1, num_inference_steps=3, sampler="dpm", seed=7, progress=False)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert len(compiled) == 1
+    assert a.frames.dtype == np.uint8 and a.frames.shape == (1, 1, H, W, 3)
+    assert {"compile_s", "step_s", "vae_decode_s", "text_encoder_s", "peak_host_rss_bytes"} <= set(a.metrics)
+    b = pipe(PROMPT, height=H, width=W, num_frames=1, num_inference_steps=3, sampler="dpm", seed=7, progress=False)
+    c = pipe(PROMPT, height=H, width=W, num_frames=1, num_inference_steps=3, sampler="dpm", seed=8, progress=False)
+    np.testing.assert_array_equal(a.latents, b.latents)
+    assert np.abs(a.latents - c.latents).max() > 0.1
+
+
+def test_prompt_states_match_transformers_t5_without_mask(pipes):
+    """The reference encodes all 226 tokens with no attention mask (padding attended and kept)."""
+    _, ours, reference = pipes("5b")
+    with torch.no_grad():
+        ref = reference._get_t5_prompt_embeds([PROMPT, ""], max_sequence_length=226, dtype=torch.float32).numpy()
+    out = np.asarray(ours.encode_prompt([PROMPT, ""]))
+    assert out.shape == ref.shape == (2, 226, 32)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, h, w, f, message",
+    [
+        ({}, 480, 720, 48, "num_frames=48 must be of the form 8k\\+1.*use 41 or 49"),
+        ({}, 480, 720, 45, "num_frames=45 must be of the form 8k\\+1.*use 41 or 49"),
+        ({}, 470, 720, 49, "height=470 must be a positive multiple of 16: use 464 or 480"),
+        ({}, 480, 730, 49, "width=730 must be a positive multiple of 16: use 720 or 736"),
+        ({"patch_size_t": 2, "use_rotary_positional_embeddings": True, "sample_height": 96, "sample_width": 170},
+         800, 1360, 81, "exceeds this CogVideoX1.5 model's RoPE grid: at most 768x1360"),
+        ({"use_rotary_positional_embeddings": True, "use_learned_positional_embeddings": True},
+         768, 1360, 49, "learned position table: generate at exactly 480x720"),
+    ],
+)
+def test_bad_sizes_name_the_fix(kwargs, h, w, f, message):
+    from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
+
+    with pytest.raises(ValueError, match=message):
+        check_inputs(CogVideoXTransformerConfig(**kwargs), CogVideoXVAEConfig(), h, w, f)
+    check_inputs(CogVideoXTransformerConfig(), CogVideoXVAEConfig(), 480, 720, 49)
+
+
+def test_missing_part_and_image_to_video_checkpoint_are_named(tmp_path):
+    import shutil
+
+    ckpt = write_demo_checkpoint(tmp_path / "ok", variant="5b")
+    broken = tmp_path / "broken"
+    shutil.copytree(ckpt, broken)
+    shutil.rmtree(broken / "vae")
+    with pytest.raises(CheckpointError, match="missing its vae folder"):
+        CogVideoXPipeline.from_pretrained(broken)
+    i2v = write_demo_checkpoint(tmp_path / "i2v", variant="1.5-i2v")
+    with pytest.raises(CheckpointError, match="image-to-video checkpoint.*use CogVideoXImageToVideoPipeline"):
+        CogVideoXPipeline.from_pretrained(i2v)
+    with pytest.raises(CheckpointError, match="text-to-video checkpoint.*use CogVideoXPipeline"):
+        CogVideoXImageToVideoPipeline.from_pretrained(ckpt)
+
+
+@pytest.mark.parametrize("variant", ["2b", "5b", "1.5", "5b-i2v", "1.5-i2v"])
+def test_demo_checkpoint_has_exactly_the_diffusers_layout(pipes, variant, tmp_path):
+    """diffusers re-saving the demo checkpoint writes the same files, tensor names, shapes and configs."""
+    from vidax.checkpoint.safetensors_io import CheckpointReader
+
+    ckpt, _, reference = pipes(variant)
+    reference.save_pretrained(tmp_path / "resaved")
+    for part, weights in (("transformer", "diffusion_pytorch_model.safetensors"),
+                          ("vae", "diffusion_pytorch_model.safetensors"), ("text_encoder", "model.safetensors")):
+        ours_files = sorted(p.name for p in (ckpt / part).iterdir())
+        ref_files = sorted(p.name for p in (tmp_path / "resaved" / part).iterdir())
+        assert ours_files == ref_files == ["config.json", weights]
+        a, b = CheckpointReader(ckpt / part), CheckpointReader(tmp_path / "resaved" / part)
+        assert {k: a.shape(k) for k in a.keys()} == {k: b.shape(k) for k in b.keys()}
+        cfg_a = json.loads((ckpt / part / "config.json").read_text())
+        cfg_b = json.loads((tmp_path / "resaved" / part / "config.json").read_text())
+        assert set(cfg_a) == set(cfg_b) - {"_name_or_path"}, set(cfg_a) ^ set(cfg_b)
+    sched_a = json.loads((ckpt / "scheduler" / "scheduler_config.json").read_text())
+    sched_b = json.loads((tmp_path / "resaved" / "scheduler" / "scheduler_config.json").read_text())
+    assert {k: v for k, v in sched_a.items() if not k.startswith("_")} == \
+           {k: v for k, v in sched_b.items() if not k.startswith("_")}
+    index_a = json.loads((ckpt / "model_index.json").read_text())
+    index_b = json.loads((tmp_path / "resaved" / "model_index.json").read_text())
+    assert set(index_a) == set(index_b) - {"_name_or_path"}
+    for key in ("scheduler", "text_encoder", "transformer", "vae"):
+        assert index_a[key] == index_b[key]
