@@ -227,3 +227,31 @@ def test_clean_prompt_matches_diffusers():
     texts = TOKENIZER_PROMPTS + ["x\x1cy\x1fz", "a\u2028b\u00a0c\u200bd", "  &amp;lt;b&amp;gt; bold  "]
     for t in texts:
         assert clean_prompt(t) == prompt_clean(t), t
+
+
+def test_spiece_only_tokenizer_matches_transformers_slow_t5(tmp_path):
+    """A tokenizer folder with only spiece.model (CogVideoX's T5) tokenizes like transformers' T5Tokenizer."""
+    import sentencepiece as spm
+    from transformers import T5Tokenizer
+
+    from vidax.encoders.tokenizer import SentencePieceTokenizer, Tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    words = "a majestic red panda climbing bamboo tree in the snow video of cat dog running fast slow blue sky".split()
+    rng = np.random.default_rng(0)
+    corpus.write_text("\n".join(" ".join(rng.choice(words, 8)) for _ in range(300)))
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(folder / "spiece"), vocab_size=40, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
+    )
+    ours = Tokenizer.from_folder(folder)
+    assert isinstance(ours, SentencePieceTokenizer)
+    ref = T5Tokenizer.from_pretrained(str(folder))  # as the reference pipelines load it
+    prompts = ["A majestic red panda climbing a bamboo tree in the snow", "cat", "",
+               "dog " * 40, "blue  sky,\tfast!"]
+    ids, mask = ours(prompts, max_length=16)
+    want = ref(prompts, padding="max_length", max_length=16, truncation=True, return_attention_mask=True)
+    np.testing.assert_array_equal(ids, np.array(want["input_ids"]))
+    np.testing.assert_array_equal(mask, np.array(want["attention_mask"]))

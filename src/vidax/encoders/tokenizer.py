@@ -94,15 +94,9 @@ class Tokenizer:
           FileNotFoundError: no ``tokenizer.json``, naming the path looked at.
         """
         folder = Path(folder)
-        if not (folder / "tokenizer.json").is_file() and (folder / "tokenizer" / "tokenizer.json").is_file():
+        if not any((folder / n).is_file() for n in ("tokenizer.json", "spiece.model")) and (folder / "tokenizer").is_dir():
             folder = folder / "tokenizer"
         path = folder / "tokenizer.json"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path}: tokenizer file not found; vidax needs the fast-tokenizer file tokenizer.json "
-                "(a sentencepiece spiece.model alone is not enough: convert it with transformers once and save it)"
-            )
-        tok = _HFTokenizer.from_file(str(path))
         config = _read_json(folder / "tokenizer_config.json")
         special = _read_json(folder / "special_tokens_map.json")
 
@@ -110,9 +104,14 @@ class Tokenizer:
             return _token_content(config.get(name)) or _token_content(special.get(name)) or default
 
         max_len = config.get("model_max_length")
-        return cls(
-            tok, pad_token=pick("pad_token", "<pad>"), eos_token=pick("eos_token", "</s>"),
-            model_max_length=int(max_len) if isinstance(max_len, (int, float)) and max_len < 1e12 else None,
+        kwargs = dict(pad_token=pick("pad_token", "<pad>"), eos_token=pick("eos_token", "</s>"),
+                      model_max_length=int(max_len) if isinstance(max_len, (int, float)) and max_len < 1e12 else None)
+        if path.is_file():
+            return cls(_HFTokenizer.from_file(str(path)), **kwargs)
+        if (folder / "spiece.model").is_file():
+            return SentencePieceTokenizer(folder / "spiece.model", **kwargs)
+        raise FileNotFoundError(
+            f"{path}: tokenizer file not found; the tokenizer folder needs tokenizer.json or spiece.model"
         )
 
     @property
@@ -163,6 +162,47 @@ _DEMO_CHARS = list("abcdefghijklmnopqrstuvwxyz") + list("0123456789") + list(".,
 )
 
 _SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 as in T5
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A T5 tokenizer from a SentencePiece ``spiece.model`` (folders without ``tokenizer.json``).
+
+    Matches transformers' slow ``T5Tokenizer`` (which CogVideoX's pipelines use): SentencePiece
+    pieces, truncated to ``max_length - 1``, then ``</s>``, then right padding. The vocabulary's
+    ``<extra_id_N>`` sentinels are not split out of the text (prompts do not contain them).
+
+    Raises:
+      ValueError: the model has no pad or eos piece.
+    """
+
+    def __init__(self, model_file: str | os.PathLike, *, pad_token: str = "<pad>", eos_token: str = "</s>",
+                 model_max_length: int | None = None):
+        import sentencepiece
+
+        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
+        self.pad_token, self.eos_token = pad_token, eos_token
+        self.pad_id, self.eos_id = self._sp.piece_to_id(pad_token), self._sp.piece_to_id(eos_token)
+        unk = self._sp.unk_id()
+        if (self.pad_id == unk and pad_token != self._sp.id_to_piece(unk)) or self.eos_id == unk:
+            raise ValueError(f"{model_file}: the SentencePiece model has no {pad_token!r} / {eos_token!r} piece")
+        self.model_max_length = model_max_length
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def __call__(self, prompts: str | Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        ids = np.full((len(prompts), max_length), self.pad_id, np.int32)
+        mask = np.zeros((len(prompts), max_length), np.int32)
+        for row, pieces in enumerate(self._sp.encode(list(prompts))):
+            seq = list(pieces[: max_length - 1]) + [self.eos_id]
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return ids, mask
 
 
 def _demo_pieces(vocab_size: int) -> list[tuple[str, float]]:
