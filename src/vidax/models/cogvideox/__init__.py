@@ -1,6 +1,7 @@
 """CogVideoX (CogVideoX-2b, -5b, -5b-I2V, CogVideoX1.5-5B, -I2V): transformer, VAE, pipelines.
 
 Modules: ``config`` (architectures, presets), ``transformer``, ``vae``, ``keymap`` (diffusers
-layout), ``layout`` (checkpoint folders), ``pipeline`` (``CogVideoXPipeline``,
+layout), ``layout`` (checkpoint folders), ``sharding`` (mesh rules: TP + Ulysses SP over the joint
+text + video sequence), ``pipeline`` (``CogVideoXPipeline``,
 ``CogVideoXImageToVideoPipeline``), ``demo`` (tiny checkpoints written without PyTorch).
 """

@@ -22,10 +22,17 @@ Image-to-video adds VAE-encoded image latents on the channel axis (see the class
 The sampling loop is a host loop around one compiled transformer step (both CFG halves in one
 batch), compiled ahead of time, so it compiles once per run. The sampler state stays float32
 (the reference rounds the latents to the transformer dtype after every step).
+
+With ``dp * tp * sp > 1`` the transformer runs on a ``(data, tensor, sequence)`` mesh
+(:mod:`vidax.core.sharding`): its parameters are loaded already sharded by
+:data:`vidax.models.cogvideox.sharding.COGVIDEOX_RULES`, the CFG halves are split over ``data``,
+heads, FFN width and AdaLN projections over ``tensor`` and the joint text + video sequence over
+``sequence``. The text encoder and the VAE stay on one device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -41,13 +48,16 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.core.attention import AttentionImpl
+from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.parallel import sequence_mode
+from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
 from vidax.models.cogvideox import vae as cvae
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 from vidax.models.cogvideox.layout import resolve_checkpoint
+from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
 from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
 from vidax.schedulers import CogVideoXDPMScheduler, guidance_scale_at, scheduler_from_config
 
@@ -144,7 +154,7 @@ class CogVideoXPipeline:
 
     def __init__(self, folder: Path, transformer_cfg: CogVideoXTransformerConfig, transformer_params: dict,
                  vae_cfg: CogVideoXVAEConfig, vae_params: dict, text_cfg, text_params: dict, tokenizer: Tokenizer,
-                 scheduler_config: dict, attention: str = "auto"):
+                 scheduler_config: dict, attention: str = "auto", mesh=None, rules=COGVIDEOX_RULES):
         self.folder = folder
         self.transformer_cfg = transformer_cfg
         self.transformer_params = transformer_params
@@ -155,7 +165,9 @@ class CogVideoXPipeline:
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler_config
         self.attention = AttentionImpl(attention)
-        self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided"))
+        self.mesh = mesh  # None: one device
+        self.rules = rules
+        self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
 
     @property
@@ -165,7 +177,8 @@ class CogVideoXPipeline:
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
-                        vae_dtype: Any = "float32", attention: str = "auto") -> CogVideoXPipeline:
+                        vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
+                        devices: list | None = None) -> CogVideoXPipeline:
         """Load a diffusers-layout CogVideoX text-to-video folder.
 
         Args:
@@ -179,12 +192,18 @@ class CogVideoXPipeline:
           attention: attention implementation (see :mod:`vidax.core.attention`). Default ``"auto"``:
             the joint sequence is long (17,776 tokens at 480x720x49), so the ``(B, H, S, S)`` scores
             of ``"xla"`` do not fit; ``auto`` picks cuDNN / splash / query-chunked attention.
+          dp, tp, sp: data, tensor and sequence parallel sizes of the transformer's mesh
+            (:func:`vidax.core.sharding.make_mesh`); all 1: one device, no mesh. tp must divide the
+            head count (30 for CogVideoX-2b, 48 for the 5B models); any sp runs.
+          devices: the mesh's devices (default all; their count must be ``dp * tp * sp``).
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the
-            transformer's ``text_embed_dim``, an image-to-video checkpoint, or weights that do not
-            match their configuration (all mismatches listed at once).
-          ValueError: an unsupported configuration.
+            transformer's ``text_embed_dim``, a checkpoint of the other task, or weights that do
+            not match their configuration (all mismatches listed at once).
+          ValueError: an unsupported configuration; a mesh that does not cover the devices, or a
+            tp that does not divide the head count (valid sizes listed), raised before any weight
+            is read.
         """
         t0 = time.perf_counter()
         ckpt = resolve_checkpoint(folder)
@@ -202,8 +221,13 @@ class CogVideoXPipeline:
                 f"{ckpt.folder}: the text encoder is {ecfg.d_model} wide but the transformer expects text_embed_dim="
                 f"{tcfg.text_embed_dim}; the components belong to different models"
             )
+        mesh = None
+        if dp * tp * sp > 1 or devices is not None:
+            mesh = make_mesh(dp, tp, sp, devices=devices)
+            check_parallel(tcfg, mesh, COGVIDEOX_RULES)
         tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), transformer_specs(tcfg),
-                              jnp.dtype(dtype), source=str(ckpt.part("transformer")))
+                              jnp.dtype(dtype), source=str(ckpt.part("transformer")),
+                              shardings=None if mesh is None else COGVIDEOX_RULES.sharding_fn(mesh))
         vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
                               source=str(ckpt.part("vae")))
         ereader = ckpt.reader("text_encoder")
@@ -211,7 +235,7 @@ class CogVideoXPipeline:
                               jnp.dtype(text_encoder_dtype), source=str(ckpt.part("text_encoder")))
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
-                   attention)
+                   attention, mesh=mesh)
         jax.block_until_ready((tparams, vparams, eparams))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
@@ -329,6 +353,7 @@ class CogVideoXPipeline:
                                                        output_type, latents)
         guided = guidance_scale > 1.0
         b = len(prompts)
+        check_parallel(tcfg, self.mesh, self.rules, batch=2 * b if guided else b)
         scheduler = self.make_scheduler(sampler)
         stochastic = isinstance(scheduler, CogVideoXDPMScheduler)
         if step_noise is not None and not stochastic:
@@ -358,32 +383,42 @@ class CogVideoXPipeline:
         # Placed once: the 2B sin-cos table is (tokens x width) floats, not to be re-sent every step.
         positions = jax.tree.map(jnp.asarray, position_tables(tcfg, shape))
         ofs = jnp.full((1,), 2.0, jnp.float32) if tcfg.ofs_embed_dim else None  # the I2V pipeline's fixed ofs
-        step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided)
+        step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided, mesh=self.mesh, rules=self.rules)
+        metrics.update(self._parallel_metrics())
+        aux_device = _first_device(self.vae_params)
+        # On a mesh: the context split over data (the CFG halves), the rest replicated.
+        x, positions, cond, ofs = self._to_mesh((x, positions, cond, ofs))
+        context = self._to_mesh(context, split_batch=True)
 
-        t0 = time.perf_counter()
-        compiled = self._step.lower(self.transformer_params, x, jnp.zeros((b,), jnp.float32), context, positions,
-                                    jnp.float32(guidance_scale), cond, ofs, **step_args).compile()
-        metrics["compile_s"] = time.perf_counter() - t0
+        with _mesh_context(self.mesh):
+            t0 = time.perf_counter()
+            compiled = self._step.lower(self.transformer_params, x, self._to_mesh(jnp.zeros((b,), jnp.float32)),
+                                        context, positions, self._to_mesh(jnp.float32(guidance_scale)), cond, ofs,
+                                        **step_args).compile()
+            metrics["compile_s"] = time.perf_counter() - t0
 
-        step_times = []
-        n = state.num_inference_steps
-        for i in tqdm(range(n), desc="denoising", disable=not progress):
-            ts = time.perf_counter()
-            t = state.timesteps[i]
-            g = jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg))
-            pred = compiled(self.transformer_params, x, jnp.full((b,), t, jnp.float32), context, positions, g, cond, ofs)
-            if stochastic:
-                noise = None if step_noise is None else jnp.asarray(step_noise(i), jnp.float32)
-                key = None if step_noise is not None else jax.random.fold_in(noise_key, i)
-                x, state = scheduler.step(state, pred, x, i, noise=noise, key=key)
-            else:
-                x, state = scheduler.step(state, pred, x, i)
-            jax.block_until_ready(x)
-            step_times.append(time.perf_counter() - ts)
+            step_times = []
+            n = state.num_inference_steps
+            for i in tqdm(range(n), desc="denoising", disable=not progress):
+                ts = time.perf_counter()
+                t = state.timesteps[i]
+                g = self._to_mesh(jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg)))
+                tb = self._to_mesh(jnp.full((b,), t, jnp.float32))
+                pred = compiled(self.transformer_params, x, tb, context, positions, g, cond, ofs)
+                if stochastic:
+                    noise = None if step_noise is None else jnp.asarray(step_noise(i), jnp.float32)
+                    key = None if step_noise is not None else jax.random.fold_in(noise_key, i)
+                    x, state = scheduler.step(state, pred, x, i, noise=noise, key=key)
+                else:
+                    x, state = scheduler.step(state, pred, x, i)
+                jax.block_until_ready(x)
+                step_times.append(time.perf_counter() - ts)
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
 
         t0 = time.perf_counter()
+        if self.mesh is not None:
+            x = jax.device_put(x, aux_device)  # the VAE runs on one device
         x = x[:, pad:]  # CogVideoX1.5: the padding frames are dropped from the front, as the reference does
         frames = self.decode_latents(x, tiling)
         metrics["vae_decode_s"] = time.perf_counter() - t0
@@ -399,9 +434,53 @@ class CogVideoXPipeline:
         """How many times the transformer step has been compiled by this pipeline."""
         return self._step._cache_size()
 
+    def _to_mesh(self, tree, split_batch: bool = False):
+        """Step inputs (any pytree, None leaves kept) onto the mesh: replicated, or with ``split_batch``
+        the leading axis over ``data`` where dp divides it (the context's CFG halves). Without a mesh:
+        unchanged."""
+        if self.mesh is None:
+            return tree
+        dp = axis_size(self.mesh, self.rules.mesh_axes("batch"))
+
+        def place(a):
+            split = split_batch and dp > 1 and a.ndim >= 1 and a.shape[0] % dp == 0
+            spec = self.rules.spec(("batch",) + (None,) * (a.ndim - 1)) if split else jax.sharding.PartitionSpec()
+            return jax.device_put(a, jax.sharding.NamedSharding(self.mesh, spec))
+
+        return jax.tree.map(place, tree)
+
+    def _parallel_metrics(self) -> dict:
+        """``{"mesh": {"dp", "tp", "sp"}, "attention": implementation, "sequence_parallel": None | "ulysses" |
+        "kv_all_gather"}``."""
+        sizes = {"dp": 1, "tp": 1, "sp": 1}
+        if self.mesh is not None:
+            sizes = {k: axis_size(self.mesh, self.rules.mesh_axes(n)) for k, n in
+                     (("dp", "batch"), ("tp", "heads"), ("sp", "tokens"))}
+        heads = self.transformer_cfg.num_attention_heads
+        mode = sequence_mode(heads // sizes["tp"], sizes["sp"]) if sizes["sp"] > 1 else None
+        return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
+
+
+def _first_device(tree):
+    """The device of the first leaf of a parameter tree (the VAE's device)."""
+    return next(iter(jax.tree.leaves(tree)[0].devices()))
+
+
+def _mesh_context(mesh):
+    """``jax.set_mesh(mesh)``, or nothing without a mesh (attention kernels outside ``shard_map``
+    then see the mesh and run per shard, paper Table 4 fault 7)."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
+def _replicated(x, mesh):
+    # The sampler's state stays replicated, so every step's inputs keep the compiled shardings.
+    if mesh is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
 
 def _cfg_step(params, latents, timestep, context, positions, guidance_scale, cond=None, ofs=None, *, cfg,
-              attention_impl, guided):
+              attention_impl, guided, mesh=None, rules=COGVIDEOX_RULES):
     """One guided transformer evaluation: both CFG halves in one batch of 2B.
 
     Args:
@@ -412,17 +491,20 @@ def _cfg_step(params, latents, timestep, context, positions, guidance_scale, con
       cond: image-to-video: ``(B, F, C, H, W)`` image latents, concatenated after ``latents`` on the
         channel axis (both CFG halves get them); None for text-to-video.
       ofs: CogVideoX1.5 I2V ``ofs`` ``(1,)``, else None.
+      mesh, rules: the transformer's mesh and sharding rules (None: one device); with dp = 2 the
+        two CFG halves run on the two ``data`` shards.
 
     Returns:
-      float32 ``(B, F, C, H, W)``: ``uncond + g * (cond - uncond)``.
+      float32 ``(B, F, C, H, W)``: ``uncond + g * (cond - uncond)`` (replicated on a mesh).
     """
     x = latents if cond is None else jnp.concatenate([latents, cond.astype(latents.dtype)], axis=2)
+    kw = dict(cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
     if not guided:
-        return forward(params, x, timestep, context, positions, ofs, cfg=cfg, attention_impl=attention_impl)
+        return _replicated(forward(params, x, timestep, context, positions, ofs, **kw), mesh)
     both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep]), context, positions, ofs,
-                   cfg=cfg, attention_impl=attention_impl)
+                   **kw)
     uncond, text = jnp.split(both, 2)
-    return uncond + guidance_scale * (text - uncond)
+    return _replicated(uncond + guidance_scale * (text - uncond), mesh)
 
 
 class CogVideoXImageToVideoPipeline(CogVideoXPipeline):

@@ -20,8 +20,18 @@ the training size (``max_size``) instead of stretching a crop over it.
 Layout: latents are ``(B, F, C, H, W)``, as the reference (and its pipeline) keeps them.
 
 Stages: condition embedding (timestep, ``ofs``) -> patch embedding (text and video) ->
-position table -> blocks (stacked, under ``lax.scan``: one block compiles once) -> final norm,
-AdaLN head -> unpatchify. Each stage sits in a ``jax.named_scope``.
+position table -> joint stream (text then video tokens) -> blocks (stacked, under ``lax.scan``:
+one block compiles once) -> video tokens -> final norm, AdaLN head -> unpatchify. Each stage
+sits in a ``jax.named_scope``.
+
+Parallelism (``forward(..., mesh=...)``): the block stack runs inside one ``shard_map`` over the
+``(data, tensor, sequence)`` mesh, as Wan's does: Megatron tensor parallelism over heads, FFN
+width and the AdaLN projections' outputs, DeepSpeed-Ulysses sequence parallelism over the
+*joint* text + video sequence (split as one stream, padded to a multiple of sp, padded keys
+masked). The expert AdaLN picks the text or video vectors per token, and RoPE uses a joint
+table whose text rows are the identity rotation, so both stay right wherever the text/video
+boundary falls among the shards. Shardings come from
+:data:`vidax.models.cogvideox.sharding.COGVIDEOX_RULES`.
 
 Precision: the text and video residual streams stay float32 between and inside the blocks
 (paper Table 4 fault 1); matmul inputs are cast to the weight dtype; LayerNorms compute in
@@ -38,13 +48,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
 
-from vidax.core.attention import AttentionImpl, attention
+from vidax.core.attention import AttentionImpl, attention, resolve_implementation
 from vidax.core.embeddings import patchify, timestep_embedding
 from vidax.core.layers import gelu_tanh, layer_norm, linear
+from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
 from vidax.core.params import ParamSpec, SpecTree
 from vidax.core.rope import apply_rope_interleaved
+from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
+from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
 
 #: Epsilon of the per-head q/k LayerNorms (diffusers ``Attention(qk_norm="layer_norm", eps=1e-6)``).
 QK_NORM_EPS = 1e-6
@@ -96,8 +110,8 @@ def transformer_specs(cfg: CogVideoXTransformerConfig) -> SpecTree:
     if cfg.use_learned_positional_embeddings:
         patch_embed["pos_embedding"] = ParamSpec((1, num_learned_positions(cfg), d), fp32=True, axes=(None, None, "embed"))
 
-    def ada(n_out: int, layers: int | None = None) -> dict:
-        return {"linear": _linear(t, n_out, (None, None), layers=layers, fp32=True), "norm": _norm(d, "embed", layers)}
+    def ada(n_out: int, layers: int | None = None, axis: str | None = None) -> dict:
+        return {"linear": _linear(t, n_out, (None, axis), layers=layers, fp32=True), "norm": _norm(d, "embed", layers)}
 
     specs: SpecTree = {
         "patch_embed": patch_embed,
@@ -113,7 +127,8 @@ def transformer_specs(cfg: CogVideoXTransformerConfig) -> SpecTree:
             "linear_2": _linear(o, o, (None, None), fp32=True),
         }
     specs["blocks"] = {
-        "norm1": ada(6 * d, L),
+        # The blocks' AdaLN projections: output features over "adaln" (split over tensor, gathered in the block).
+        "norm1": ada(6 * d, L, "adaln"),
         "attn1": {
             "to_q": _linear(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
             "to_k": _linear(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
@@ -122,7 +137,7 @@ def transformer_specs(cfg: CogVideoXTransformerConfig) -> SpecTree:
             "norm_k": _norm(hd, None, L),
             "to_out": _linear(d, d, ("heads", "embed"), layers=L),
         },
-        "norm2": ada(6 * d, L),
+        "norm2": ada(6 * d, L, "adaln"),
         "ff": {
             "up": _linear(d, cfg.ff_inner_dim, ("embed", "mlp"), layers=L),
             "down": _linear(cfg.ff_inner_dim, d, ("mlp", "embed"), layers=L),
@@ -355,57 +370,98 @@ def _ada_norm(p: dict, x: jax.Array, shift: jax.Array, scale: jax.Array, eps: fl
     return layer_norm(x, p, eps) * (1.0 + scale[:, None, :]) + shift[:, None, :]
 
 
-def _attention(p, h, n_text, cos, sin, cfg, impl):
-    """``CogVideoXAttnProcessor2_0`` on the joint sequence ``h (B, L + S, D)``; returns float32 ``(B, L + S, D)``."""
+def _adaln(p: dict, temb_act: jax.Array, text: jax.Array, par: ShardContext):
+    """The expert AdaLN vectors of one ``CogVideoXLayerNormZero``, per token of the joint stream.
+
+    ``p["linear"]`` maps ``silu(temb)`` to ``shift, scale, gate`` of the video tokens, then
+    ``enc_shift, enc_scale, enc_gate`` of the text tokens (``6 dim`` features). On a mesh each
+    tensor shard holds ``6 dim / tp`` of the output features (with their bias slice): the shard
+    writes its slice into a zero row and the rows are summed over ``tensor`` (an all-gather that
+    is exact, and invariant over ``tensor`` for ``shard_map``'s type check, on every JAX version).
+
+    Args:
+      temb_act: float32 ``(B, time_embed_dim)``.
+      text: bool ``(S_local,)``: which tokens of this shard's slice of the joint stream are text.
+
+    Returns:
+      float32 ``shift, scale, gate``, each ``(B, S_local, dim)``: the text vectors on text tokens,
+      the video vectors on the others.
+    """
+    mod = linear(p["linear"], temb_act, jnp.float32)  # (B, 6 dim / tp)
+    if par.tensor is not None:
+        width = mod.shape[-1]
+        full = jnp.zeros((mod.shape[0], width * jax.lax.axis_size(par.tensor)), mod.dtype)
+        mod = par.psum_tensor(jax.lax.dynamic_update_slice_in_dim(full, mod, jax.lax.axis_index(par.tensor) * width, 1))
+    shift, scale, gate, e_shift, e_scale, e_gate = jnp.split(mod, 6, axis=-1)
+    sel = text[None, :, None]
+
+    def pick(video, txt):
+        return jnp.where(sel, txt[:, None, :], video[:, None, :])
+
+    return pick(shift, e_shift), pick(scale, e_scale), pick(gate, e_gate)
+
+
+def _attention(p, h, cos, sin, cfg, impl, par, valid_tokens):
+    """``CogVideoXAttnProcessor2_0`` on this shard's slice of the joint sequence ``h (B, S/sp, D)``.
+
+    Column-parallel q/k/v (this shard's ``H/tp`` heads), per-head q/k LayerNorm, RoPE from the
+    joint table (identity rows on text tokens: RoPE rotates video tokens only), Ulysses exchange
+    (or key/value all-gather), attention over the whole joint sequence with padded keys masked,
+    row-parallel ``to_out`` (bias once). Returns float32 ``(B, S/sp, D)``.
+    """
     b, s, _ = h.shape
-    heads, hd = cfg.num_attention_heads, cfg.attention_head_dim
+    hd = cfg.attention_head_dim
     dtype = p["to_q"]["kernel"].dtype
 
     def qk(name: str, norm: str) -> jax.Array:
-        y = linear(p[name], h, jnp.float32).reshape(b, s, heads, hd)
+        y = linear(p[name], h, jnp.float32).reshape(b, s, -1, hd)
         y = layer_norm(y, p[norm], QK_NORM_EPS)
-        if cos is not None:  # RoPE on the video tokens only
-            y = jnp.concatenate([y[:, :n_text], apply_rope_interleaved(y[:, n_text:], cos, sin)], axis=1)
+        if cos is not None:
+            y = apply_rope_interleaved(y, cos, sin)
         return y.astype(dtype)
 
     q, k = qk("to_q", "norm_q"), qk("to_k", "norm_k")
-    v = linear(p["to_v"], h).reshape(b, s, heads, hd)
-    o = attention(q, k, v, implementation=impl)
-    return linear(p["to_out"], o.reshape(b, s, heads * hd), jnp.float32)
+    v = linear(p["to_v"], h).reshape(b, s, -1, hd)
+    # Ulysses: (B, S/sp, H/tp, hd) -> (B, S, H/(tp*sp), hd) and back (or keys/values all-gathered).
+    q, k, v = par.to_attention(q, k, v)
+    kv_lengths = None if valid_tokens in (None, k.shape[1]) else jnp.full((b,), valid_tokens, jnp.int32)
+    o = par.from_attention(attention(q, k, v, implementation=impl, kv_lengths=kv_lengths))
+    return par.row_linear(p["to_out"], o.reshape(b, s, -1), jnp.float32)
 
 
-def block(p: dict, x: jax.Array, c: jax.Array, temb_act: jax.Array, cos, sin, cfg: CogVideoXTransformerConfig,
-          impl: AttentionImpl) -> tuple[jax.Array, jax.Array]:
-    """One ``CogVideoXBlock``.
+def block(p: dict, h: jax.Array, temb_act: jax.Array, text: jax.Array, cos, sin, cfg: CogVideoXTransformerConfig,
+          impl: AttentionImpl, par: ShardContext = ShardContext(), valid_tokens: int | None = None) -> jax.Array:
+    """One ``CogVideoXBlock`` on the joint stream (text tokens, then video tokens, then padding).
+
+    Written once for one device and for one ``shard_map`` shard (``par`` supplies the collectives;
+    identity by default). The reference keeps two streams and concatenates them around attention
+    and the FFN; every operation but attention is per token, so one joint stream with per-token
+    AdaLN vectors (text or video expert, selected by ``text``) is the same computation.
 
     Args:
-      p: one block's parameters (no ``layers`` axis).
-      x: float32 video stream ``(B, S, D)``; c: float32 text stream ``(B, L, D)``.
+      p: one block's parameters (no ``layers`` axis); q/k/v, FFN-up and the AdaLN projections hold
+        this shard's ``1/tp`` of their output features, ``to_out``/FFN-down ``1/tp`` of their rows.
+      h: float32 joint stream ``(B, S/sp, D)``.
       temb_act: float32 ``silu(temb)`` ``(B, time_embed_dim)``.
-      cos, sin: RoPE tables ``(S, head_dim/2)`` or None.
+      text: bool ``(S/sp,)``, True on text tokens.
+      cos, sin: joint RoPE tables ``(S/sp, head_dim/2)`` (cos 1, sin 0 on text rows), or None.
+      valid_tokens: joint tokens before padding (padded keys are masked); None: no padding.
 
     Returns:
-      the updated ``(x, c)``, float32.
+      float32 ``(B, S/sp, D)``.
     """
-    eps, n_text = cfg.norm_eps, c.shape[1]
+    eps = cfg.norm_eps
     dtype = p["attn1"]["to_q"]["kernel"].dtype
     with jax.named_scope("attention"):
-        mod = linear(p["norm1"]["linear"], temb_act, jnp.float32)
-        shift, scale, gate, e_shift, e_scale, e_gate = jnp.split(mod, 6, axis=-1)
-        h = jnp.concatenate([_ada_norm(p["norm1"]["norm"], c, e_shift, e_scale, eps),
-                             _ada_norm(p["norm1"]["norm"], x, shift, scale, eps)], axis=1).astype(dtype)
-        a = _attention(p["attn1"], h, n_text, cos, sin, cfg, impl)
-        x = x + gate[:, None, :] * a[:, n_text:]
-        c = c + e_gate[:, None, :] * a[:, :n_text]
+        shift, scale, gate = _adaln(p["norm1"], temb_act, text, par)
+        n = (layer_norm(h, p["norm1"]["norm"], eps) * (1.0 + scale) + shift).astype(dtype)
+        h = h + gate * _attention(p["attn1"], n, cos, sin, cfg, impl, par, valid_tokens)
     with jax.named_scope("ff"):
-        mod = linear(p["norm2"]["linear"], temb_act, jnp.float32)
-        shift, scale, gate, e_shift, e_scale, e_gate = jnp.split(mod, 6, axis=-1)
-        h = jnp.concatenate([_ada_norm(p["norm2"]["norm"], c, e_shift, e_scale, eps),
-                             _ada_norm(p["norm2"]["norm"], x, shift, scale, eps)], axis=1).astype(dtype)
-        ff = linear(p["ff"]["down"], gelu_tanh(linear(p["ff"]["up"], h)), jnp.float32)
-        x = x + gate[:, None, :] * ff[:, n_text:]
-        c = c + e_gate[:, None, :] * ff[:, :n_text]
-    return x, c
+        shift, scale, gate = _adaln(p["norm2"], temb_act, text, par)
+        n = (layer_norm(h, p["norm2"]["norm"], eps) * (1.0 + scale) + shift).astype(dtype)
+        # Column-parallel up (own bias slice), row-parallel down (bias once, after the reduction).
+        h = h + gate * par.row_linear(p["ff"]["down"], gelu_tanh(linear(p["ff"]["up"], n)), jnp.float32)
+    return h
 
 
 def _timestep_mlp(p: dict, t: jax.Array, dim: int, cfg: CogVideoXTransformerConfig) -> jax.Array:
@@ -451,26 +507,92 @@ def embed_inputs(params: dict, latents: jax.Array, timestep: jax.Array, context:
     return x, c, temb
 
 
-def run_blocks(blocks: dict, x: jax.Array, c: jax.Array, temb: jax.Array, cos, sin, *,
-               cfg: CogVideoXTransformerConfig, attention_impl: AttentionImpl | str = AttentionImpl.XLA):
+def join_tokens(x: jax.Array, c: jax.Array, cos: jax.Array | None, sin: jax.Array | None, sp: int = 1):
+    """The joint stream the blocks run on: text tokens, then video tokens, zero-padded to a multiple of ``sp``.
+
+    Args:
+      x: float32 video tokens ``(B, S, D)``; c: float32 text tokens ``(B, L, D)``.
+      cos, sin: video RoPE tables ``(S, head_dim/2)``, or None (sin-cos models).
+      sp: sequence-parallel size.
+
+    Returns:
+      ``h`` float32 ``(B, N_pad, D)`` with ``N = L + S`` and ``N_pad`` the next multiple of ``sp``;
+      ``text`` bool ``(N_pad,)`` (True on the first ``L`` rows); joint ``cos, sin`` ``(N_pad,
+      head_dim/2)`` with cos 1 and sin 0 on the text rows (an exact identity rotation) or None;
+      and ``N``.
+    """
+    n_text = c.shape[1]
+    n = n_text + x.shape[1]
+    n_pad = padded_length(n, sp)
+    h = pad_axis(jnp.concatenate([c, x], axis=1), 1, n_pad)
+    text = jnp.arange(n_pad) < n_text
+    if cos is not None:
+        ones, zeros = jnp.ones((n_text, cos.shape[1]), jnp.float32), jnp.zeros((n_text, sin.shape[1]), jnp.float32)
+        cos = pad_axis(jnp.concatenate([ones, jnp.asarray(cos, jnp.float32)]), 0, n_pad)
+        sin = pad_axis(jnp.concatenate([zeros, jnp.asarray(sin, jnp.float32)]), 0, n_pad)
+    return h, text, cos, sin, n
+
+
+def run_blocks(blocks: dict, h: jax.Array, temb: jax.Array, text: jax.Array, cos: jax.Array | None,
+               sin: jax.Array | None, *, cfg: CogVideoXTransformerConfig,
+               attention_impl: AttentionImpl | str = AttentionImpl.XLA, mesh: Mesh | None = None,
+               rules: ShardingRules = COGVIDEOX_RULES, valid_tokens: int | None = None) -> jax.Array:
     """Run a stack of blocks (all, or a chunk: the offloading hook) under ``lax.scan``.
+
+    On a mesh the scan runs inside one ``shard_map`` over every mesh axis: batch over ``data``,
+    the joint sequence over ``sequence`` (Ulysses), heads, FFN width and AdaLN features over
+    ``tensor`` (Megatron), the collectives written in :class:`vidax.core.parallel.ShardContext`.
 
     Args:
       blocks: stacked block parameters (leading ``layers`` axis, any length).
-      x, c: float32 video ``(B, S, D)`` and text ``(B, L, D)`` streams.
+      h: float32 joint stream ``(B, N_pad, D)`` from :func:`join_tokens`.
       temb: float32 ``(B, time_embed_dim)``.
-      cos, sin: RoPE tables or None.
+      text: bool ``(N_pad,)``; cos, sin: joint RoPE tables ``(N_pad, head_dim/2)`` or None.
+      cfg, attention_impl, mesh, rules: static; ``mesh`` None runs on one device.
+      valid_tokens: ``N`` before padding; padded keys are masked. None: no padding.
 
     Returns:
-      ``(x, c)`` float32.
+      float32 ``(B, N_pad, D)``; on a mesh sharded ``P(data, sequence, None)``.
     """
     impl = AttentionImpl(attention_impl)
     temb_act = jax.nn.silu(temb)
+    rope = None if cos is None else (cos, sin)
 
-    def body(carry, p):
-        return block(p, *carry, temb_act, cos, sin, cfg, impl), None
+    def scan(blocks, h, temb_act, text, rope, par):
+        c, s = (None, None) if rope is None else rope
 
-    return jax.lax.scan(body, (x, c), blocks)[0]
+        def body(h, p):
+            return block(p, h, temb_act, text, c, s, cfg, impl, par, valid_tokens), None
+
+        return jax.lax.scan(body, h, blocks)[0]
+
+    if mesh is None:
+        return scan(blocks, h, temb_act, text, rope, ShardContext())
+    check_parallel(cfg, mesh, rules)
+    tp = axis_size(mesh, rules.mesh_axes("heads"))
+    sp = axis_size(mesh, rules.mesh_axes("tokens"))
+    ulysses = sequence_mode(cfg.num_attention_heads // tp, sp) == "ulysses"
+    par = ShardContext(tensor=rules.mesh_axes("heads"), sequence=rules.mesh_axes("tokens"), ulysses=ulysses)
+    io = block_io_specs(rules)
+    table = io["cos"]
+    in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], io["h"], io["temb"], io["text"],
+                None if rope is None else (table, table))
+    # Pallas and cuDNN calls carry no varying-manual-axes types; the einsum paths keep the check.
+    kernel = resolve_implementation(impl) in (AttentionImpl.CUDNN, AttentionImpl.SPLASH)
+    fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=io["h"], check_vma=not kernel)
+    return fn(blocks, h, temb_act, text, rope)
+
+
+def block_io_specs(rules: ShardingRules = COGVIDEOX_RULES) -> dict:
+    """``PartitionSpec`` of each :func:`run_blocks` input on a mesh.
+
+    Returns:
+      ``{"h": P(data, sequence, None), "temb": P(data, None), "text": P(sequence), "cos", "sin":
+      P(sequence, None)}`` under :data:`COGVIDEOX_RULES`.
+    """
+    table = rules.spec(("tokens", None))
+    return {"h": rules.spec(("batch", "tokens", "embed")), "temb": rules.spec(("batch", None)),
+            "text": rules.spec(("tokens",)), "cos": table, "sin": table}
 
 
 def output_head(params: dict, x: jax.Array, temb: jax.Array, grid: tuple[int, int, int],
@@ -484,7 +606,7 @@ def output_head(params: dict, x: jax.Array, temb: jax.Array, grid: tuple[int, in
     return _unpatchify(x, grid, cfg)
 
 
-@partial(jax.jit, static_argnames=("cfg", "attention_impl"))
+@partial(jax.jit, static_argnames=("cfg", "attention_impl", "mesh", "rules"))
 def forward(
     params: dict,
     latents: jax.Array,
@@ -495,11 +617,20 @@ def forward(
     *,
     cfg: CogVideoXTransformerConfig,
     attention_impl: AttentionImpl | str = AttentionImpl.XLA,
+    mesh: Mesh | None = None,
+    rules: ShardingRules = COGVIDEOX_RULES,
 ) -> jax.Array:
     """Predict the model output (v-prediction for the released models) for a batch of latents.
 
+    Stages: :func:`embed_inputs` -> :func:`join_tokens` (text then video tokens, padded to a
+    multiple of sp) -> :func:`run_blocks` -> video tokens cut out -> :func:`output_head`. Outside
+    the blocks the computation is partitioned by GSPMD (batch over ``data``; the small embedders
+    and head replicated).
+
     Args:
-      params: parameter tree of :func:`transformer_specs`.
+      params: parameter tree of :func:`transformer_specs` (on a mesh: placed with
+        ``rules.param_shardings(transformer_specs(cfg), mesh)``, or loaded with
+        ``load_params(..., shardings=rules.sharding_fn(mesh))``).
       latents: ``(B, F, in_channels, H, W)`` latent video (any float dtype); ``F`` divisible by
         ``patch_size_t`` (1.5), ``H, W`` by ``patch_size``.
       timestep: ``(B,)`` timesteps in ``[0, 1000)`` (converted to float32).
@@ -509,21 +640,30 @@ def forward(
       ofs: the CogVideoX1.5 I2V ``ofs`` value(s) (``(1,)`` or ``(B,)``), else None.
       cfg: the architecture (static).
       attention_impl: see :mod:`vidax.core.attention` (static).
+      mesh: a :func:`vidax.core.sharding.make_mesh` mesh (static), or None for one device.
+      rules: sharding rules (static), default :data:`vidax.models.cogvideox.sharding.COGVIDEOX_RULES`.
 
     Returns:
       float32 ``(B, F, out_channels, H, W)``.
 
     Raises:
       ValueError: sizes the patches do not divide, a text length other than
-        ``max_text_seq_length`` with a position table, a missing ``ofs``.
+        ``max_text_seq_length`` with a position table, a missing ``ofs``; a mesh the model cannot
+        use (see :func:`vidax.models.cogvideox.sharding.check_parallel`).
     """
+    check_parallel(cfg, mesh, rules, latents.shape[0])
     grid = token_grid(cfg, latents.shape)
+    if mesh is not None:
+        latents = jax.lax.with_sharding_constraint(
+            latents, NamedSharding(mesh, rules.spec(("batch",) + (None,) * (latents.ndim - 1))))
     x, c, temb = embed_inputs(params, latents, timestep, context, positions.pos_embed, ofs, cfg)
-    cos = None if positions.cos is None else jnp.asarray(positions.cos, jnp.float32)
-    sin = None if positions.sin is None else jnp.asarray(positions.sin, jnp.float32)
+    n_text, n_video = c.shape[1], x.shape[1]
+    sp = axis_size(mesh, rules.mesh_axes("tokens"))
+    h, text, cos, sin, n = join_tokens(x, c, positions.cos, positions.sin, sp)
     with jax.named_scope("blocks"):
-        x, _ = run_blocks(params["blocks"], x, c, temb, cos, sin, cfg=cfg, attention_impl=attention_impl)
-    return output_head(params, x, temb, grid, cfg)
+        h = run_blocks(params["blocks"], h, temb, text, cos, sin, cfg=cfg, attention_impl=attention_impl, mesh=mesh,
+                       rules=rules, valid_tokens=n)
+    return output_head(params, h[:, n_text:n_text + n_video], temb, grid, cfg)
 
 
 def num_tokens(cfg: CogVideoXTransformerConfig, latent_shape: tuple[int, ...]) -> int:
