@@ -271,10 +271,21 @@ def test_released_sizes_are_covered_and_inferred():
 
 
 def test_original_config_rejects_other_model_types():
-    for model_type in ("i2v", "flf2v", "vace"):
+    for model_type in ("vace", "s2v"):
         with pytest.raises(ValueError, match=f"model_type='{model_type}' is not supported.*t2v"):
             WanTransformerConfig.from_original_dict({"_class_name": "WanModel", "model_type": model_type, "dim": 64,
                                                      "num_heads": 2, "ffn_dim": 128, "num_layers": 1})
+
+
+def test_original_image_model_types():
+    """Wan2.1 I2V / FLF2V (CLIP img_emb) and Wan2.2 I2V A14B (same keys, no img_emb) from the original config."""
+    base = {"_class_name": "WanModel", "dim": 64, "num_heads": 2, "ffn_dim": 128, "num_layers": 1, "in_dim": 36,
+            "out_dim": 16}
+    i2v = WanTransformerConfig.from_original_dict({**base, "model_type": "i2v"})
+    assert (i2v.image_dim, i2v.added_kv_proj_dim, i2v.pos_embed_seq_len, i2v.in_channels) == (1280, 64, None, 36)
+    assert WanTransformerConfig.from_original_dict({**base, "model_type": "flf2v"}).pos_embed_seq_len == 514
+    a14b = WanTransformerConfig.from_original_dict({**base, "model_type": "i2v"}, image_embedder=False)
+    assert a14b.image_dim is None and a14b.in_channels == 36
 
 
 # ----------------------------------------------------------------------------- detection and errors
@@ -326,3 +337,39 @@ def test_cli_generates_from_original_layout(folders, tmp_path):
                  "--num-frames", "5", "--steps", "2", "--dtype", "float32", "--no-progress", "--out", str(out)]) == 0
     frames, fps = read_video(out)
     assert frames.shape == (5, 32, 48, 3) and fps == 16
+
+
+# ----------------------------------------------------------------------------- Wan2.2 A14B (two experts)
+
+
+def test_original_a14b_release_loads_like_the_diffusers_layout(tmp_path):
+    """high_noise_model/ + low_noise_model/ (original WanModel names), Wan2.1_VAE.pth, the T5 .pth: the same
+    frames as the same weights in the diffusers layout (transformer/, transformer_2/, boundary_ratio 0.875)."""
+    from vidax.checkpoint.writer import save_component, to_state_dict, write_json
+    from vidax.models.wan.demo import random_params
+    from vidax.models.wan.keymap import transformer_keymap_diffusers
+
+    w = tiny_wan_weights(seed=8)
+    cfg, specs = w.transformer_cfg, transformer_specs(w.transformer_cfg)
+    low = random_params(specs, np.random.default_rng(9))
+    orig = write_original_checkpoint(tmp_path / "orig", weights=w)
+    (orig / "high_noise_model").mkdir()
+    for name in ("config.json", "diffusion_pytorch_model.safetensors"):
+        shutil.move(orig / name, orig / "high_noise_model" / name)
+    save_component(orig / "low_noise_model", "diffusion_pytorch_model.safetensors",
+                   to_state_dict(low, transformer_keymap_original(cfg), specs), w.transformer_json)
+    diff = write_diffusers_twin(tmp_path / "diff", w)
+    save_component(diff / "transformer_2", "diffusion_pytorch_model.safetensors",
+                   to_state_dict(low, transformer_keymap_diffusers(cfg), specs),
+                   json.loads((diff / "transformer" / "config.json").read_text()))
+    index = json.loads((diff / "model_index.json").read_text())
+    write_json(diff / "model_index.json", {**index, "boundary_ratio": 0.875,
+                                           "transformer_2": ["diffusers", "WanTransformer3DModel"]})
+
+    a, b = (WanPipeline.from_pretrained(f, dtype="float32") for f in (orig, diff))
+    assert a.layout == "original" and a.boundary_ratio == 0.875 and a.scheduler_config["flow_shift"] == 12.0
+    kw = dict(height=32, width=32, num_frames=1, num_inference_steps=4, flow_shift=3.0, guidance_scale=4.0,
+              guidance_scale_2=3.0, output_type="float", progress=False)
+    out_a, out_b = a("a red panda", "blurry", **kw), b("a red panda", "blurry", **kw)
+    assert out_a.metrics["expert_switch_step"] == out_b.metrics["expert_switch_step"] == 2
+    np.testing.assert_allclose(out_a.frames, out_b.frames, atol=1e-6)

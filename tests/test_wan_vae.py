@@ -175,7 +175,7 @@ def test_config_validation():
     assert cfg == WanVAEConfig() and hash(cfg) == hash(WanVAEConfig())
     assert (cfg.spatial_compression, cfg.temporal_compression) == (8, 4)
     for bad, msg in [
-        ({"is_residual": True}, "is_residual"),
+        ({"patch_size": 0}, "patch_size"),
         ({"patch_size": 2}, "patch_size"),
         ({"attn_scales": [0.5]}, "attn_scales"),
         ({"z_dim": 48}, "latents_mean"),

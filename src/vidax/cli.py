@@ -23,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint", required=True, help="Wan checkpoint folder (diffusers layout or the original release)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--negative-prompt", default=None, help="default: the Wan reference negative prompt")
+    g.add_argument("--image", default=None, help="first frame (image-to-video checkpoints: Wan2.1 I2V/FLF2V, Wan2.2)")
+    g.add_argument("--last-image", default=None, help="last frame (first-last-frame: Wan2.1 FLF2V, Wan2.2 I2V A14B)")
+    g.add_argument("--max-area", type=int, default=None,
+                   help="with --image and no --height/--width: output pixels (the image's aspect ratio is kept)")
+    g.add_argument("--guidance-scale-2", type=float, default=None,
+                   help="Wan2.2 A14B: guidance of the low-noise expert (default: --guidance-scale)")
     g.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="reference settings of a benchmark row (size, frames, steps, shift, dtype)")
     g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16")
@@ -39,6 +45,23 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dp", type=int, default=1, help="data-parallel size (CFG halves split over it)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides the head count)")
     g.add_argument("--sp", type=int, default=1, help="sequence-parallel size (Ulysses); dp*tp*sp = device count")
+    g.add_argument("--offload-chunk", type=int, default=None, metavar="N",
+                   help="keep the transformer blocks in host memory and stream them to the devices N at a time")
+    g.add_argument("--offload-serial", action="store_true",
+                   help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's mode)")
+    g.add_argument("--auto-split", action="store_true",
+                   help="choose --dp/--tp/--sp/--offload-chunk with the memory planner (see `vidax plan`) for all devices")
+    g.add_argument("--memory-gb", type=float, default=None,
+                   help="with --auto-split: per-device memory budget in GiB (default: what the device reports; on "
+                        "CPU the host's memory divided by the device count)")
+    g.add_argument("--reserve-gb", type=float, default=0.0,
+                   help="with --auto-split: GiB per device kept free for the text encoder and the VAE")
+    g.add_argument("--distributed", action="store_true",
+                   help="several hosts: call jax.distributed.initialize() first (arguments from the flags below or the "
+                        "cluster environment); each process reads only its devices' shards, process 0 writes the outputs")
+    g.add_argument("--coordinator-address", default=None, help="with --distributed: host:port of process 0")
+    g.add_argument("--num-processes", type=int, default=None, help="with --distributed: number of processes")
+    g.add_argument("--process-id", type=int, default=None, help="with --distributed: this process's index")
     g.add_argument("--fps", type=int, default=None)
     g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
     g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
@@ -46,6 +69,25 @@ def _parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
     i.add_argument("path", help="a Wan checkpoint folder (any layout), a component folder, or a weights file")
+
+    pl = sub.add_parser("plan", help="per-device memory of every (dp, tp, sp, offload) split, compiled without weights")
+    pl.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the generation settings to plan")
+    pl.add_argument("--checkpoint", default=None, help="take the transformer architecture from this checkpoint "
+                    "(default: the preset's model)")
+    pl.add_argument("--devices", type=int, default=None,
+                    help="devices of the run (default: the preset's tp x sp, the paper's chip count)")
+    pl.add_argument("--memory-gb", type=float, default=None,
+                    help="per-device memory budget in GiB (default: what the device reports, else 30.75: the usable "
+                         "HBM of a TPU v4 chip, the paper's budget)")
+    pl.add_argument("--reserve-gb", type=float, default=0.0, help="GiB per device kept free for the text encoder and VAE")
+    pl.add_argument("--height", type=int, default=None)
+    pl.add_argument("--width", type=int, default=None)
+    pl.add_argument("--num-frames", type=int, default=None)
+    pl.add_argument("--dtype", choices=["bfloat16", "float32"], default=None)
+    pl.add_argument("--chunks", default=None,
+                    help="offload chunk sizes to try, comma-separated, or 'none' (default: divisors of the layer count)")
+    pl.add_argument("--serial", action="store_true", help="plan offloading without copy/compute overlap (one buffer)")
+    pl.add_argument("--json", default=None, help="also write the estimates as JSON here")
 
     c = sub.add_parser("convert", help="translate a checkpoint once into the vidax layout (loads as a plain copy)")
     c.add_argument("src", help="Wan checkpoint folder (diffusers layout or the original release)")
@@ -70,10 +112,49 @@ def _settings(args) -> dict:
     return s
 
 
-def generate(args) -> int:
-    from vidax.models.wan.pipeline import WanPipeline, check_checkpoint_dir, check_inputs
+def init_distributed(args) -> None:
+    """``jax.distributed.initialize`` from ``--coordinator-address/--num-processes/--process-id``
+    (each optional: JAX reads the rest from the cluster environment, e.g. TPU pods, SLURM). Must run
+    before anything touches a JAX backend. On the CPU backend the cross-process collectives are gloo
+    (``jax_cpu_collectives_implementation``)."""
+    import jax
+
+    try:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    except (AttributeError, ValueError):  # a JAX without the option
+        pass
+    kw = {k: v for k, v in (("coordinator_address", args.coordinator_address), ("num_processes", args.num_processes),
+                            ("process_id", args.process_id)) if v is not None}
+    jax.distributed.initialize(**kw)
+
+
+def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fps: int) -> bool:
+    """Write the video (and metrics JSON) on process 0 only; other processes of a multi-host run
+    write nothing. Returns whether this process wrote."""
+    import jax
+
     from vidax.video import write_video
 
+    if jax.process_index() != 0:
+        return False
+    write_video(frames, out, fps=fps)
+    if metrics_json:
+        path = Path(metrics_json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.part")
+        tmp.write_text(json.dumps(metrics, indent=2))
+        os.replace(tmp, path)
+    return True
+
+
+def generate(args) -> int:
+    from vidax.models.wan.pipeline import WanPipeline, check_checkpoint_dir, check_inputs
+
+    if _general_task(args):
+        if args.auto_split:
+            raise ValueError("--auto-split plans the Wan2.1 text-to-video step; pass --dp/--tp/--sp/--offload-chunk "
+                             "for image-conditioned or Wan2.2 runs")
+        return generate_general(args)
     s = _settings(args)
     # Every check that needs no weights runs before anything is loaded or computed.
     check_inputs(s["height"], s["width"], s["num_frames"])
@@ -82,30 +163,186 @@ def generate(args) -> int:
     if out.suffix.lower() != ".mp4":
         raise ValueError(f"--out {out} must end in .mp4")
 
+    if args.distributed:
+        init_distributed(args)
+    if args.auto_split:
+        args.dp, args.tp, args.sp, args.offload_chunk = auto_split(args, s)
     t0 = time.perf_counter()
     pipe = WanPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
-                                       dp=args.dp, tp=args.tp, sp=args.sp)
+                                       dp=args.dp, tp=args.tp, sp=args.sp, offload_chunk=args.offload_chunk,
+                                       offload_overlap=not args.offload_serial)
     result = pipe(
         args.prompt, s["negative_prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
         num_inference_steps=s["steps"], guidance_scale=s["guidance_scale"], flow_shift=s["flow_shift"],
         sampler=args.sampler, seed=args.seed, progress=not args.no_progress,
     )
-    write_video(result.frames[0], out, fps=s["fps"])
     m = dict(result.metrics)
     m["total_s"] = time.perf_counter() - t0
     m.update(height=s["height"], width=s["width"], num_frames=s["num_frames"], steps=s["steps"], out=str(out))
+    if not write_outputs(result.frames[0], m, out, args.metrics_json, s["fps"]):
+        return 0  # not process 0 of a multi-host run: nothing to print or write
     print(
         f"wrote {out}: {s['num_frames']} frames {s['width']}x{s['height']} | load {m['load_s']:.1f}s, "
         f"text encoder {m['text_encoder_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step, "
         f"VAE decode {m['vae_decode_s']:.2f}s, peak host memory {m['peak_host_rss_bytes'] / 2**30:.2f} GiB"
         + (f", peak device memory {m['peak_device_bytes'] / 2**30:.2f} GiB" if "peak_device_bytes" in m else "")
     )
-    if args.metrics_json:
-        path = Path(args.metrics_json)
+    return 0
+
+
+def _general_task(args) -> bool:
+    """Image conditioning, a second expert's guidance, a non-T2V-2.1 preset, or a checkpoint that
+    only :class:`~vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline` runs."""
+    from vidax.models.wan.pipeline_i2v import needs_general_pipeline
+
+    preset = PRESETS[args.preset] if args.preset else None
+    if args.image or args.last_image or args.guidance_scale_2 is not None or args.max_area is not None:
+        return True
+    if preset is not None and (preset.task != "t2v" or preset.model.startswith("Wan2.2")):
+        return True
+    try:
+        return needs_general_pipeline(args.checkpoint)
+    except (ValueError, OSError):  # an unusable folder: the T2V path reports it, after its size checks
+        return False
+
+
+def generate_general(args) -> int:
+    """``generate`` for every Wan task (I2V, FLF2V, TI2V-5B, A14B): image and checkpoint checked first."""
+    from vidax.models.wan.pipeline import check_checkpoint_dir
+    from vidax.models.wan.pipeline_i2v import WanImageToVideoPipeline, load_image
+
+    s = _settings(args)
+    preset = PRESETS[args.preset] if args.preset else None
+    # Checks that need no weights: the checkpoint folder, the images, the output path.
+    check_checkpoint_dir(args.checkpoint)
+    image = load_image(args.image, "--image") if args.image else None
+    last = load_image(args.last_image, "--last-image") if args.last_image else None
+    out = Path(args.out)
+    if out.suffix.lower() != ".mp4":
+        raise ValueError(f"--out {out} must end in .mp4")
+    # Explicit --height/--width win; with an image a preset gives the area, not the size.
+    height, width, max_area = args.height, args.width, args.max_area
+    if height is None and width is None:
+        if image is not None:
+            max_area = max_area or (preset.max_area if preset and preset.max_area else None)
+        else:
+            height, width = s["height"], s["width"]
+    g2 = args.guidance_scale_2 if args.guidance_scale_2 is not None else (preset.guidance_scale_2 if preset else None)
+    if args.distributed:
+        init_distributed(args)
+    t0 = time.perf_counter()
+    pipe = WanImageToVideoPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
+                                                   dp=args.dp, tp=args.tp, sp=args.sp,
+                                                   offload_chunk=args.offload_chunk)
+    if pipe.boundary_ratio is None:
+        g2 = None
+    result = pipe(
+        args.prompt, s["negative_prompt"], image=image, last_image=last, height=height, width=width,
+        max_area=max_area, num_frames=s["num_frames"], num_inference_steps=s["steps"],
+        guidance_scale=s["guidance_scale"], guidance_scale_2=g2, flow_shift=s["flow_shift"], sampler=args.sampler,
+        seed=args.seed, progress=not args.no_progress,
+    )
+    m = dict(result.metrics)
+    m["total_s"] = time.perf_counter() - t0
+    m.update(steps=s["steps"], out=str(out))
+    if not write_outputs(result.frames[0], m, out, args.metrics_json, s["fps"]):
+        return 0
+    print(
+        f"wrote {out}: {m['num_frames']} frames {m['width']}x{m['height']} | load {m['load_s']:.1f}s, "
+        f"text encoder {m['text_encoder_s']:.2f}s, image encoder {m['image_encoder_s']:.2f}s, VAE encode "
+        f"{m['vae_encode_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step"
+        + (f" (expert switch at step {m['expert_switch_step']})" if m.get("expert_switch_step") is not None else "")
+        + f", VAE decode {m['vae_decode_s']:.2f}s, peak host memory {m['peak_host_rss_bytes'] / 2**30:.2f} GiB"
+    )
+    return 0
+
+
+def auto_split(args, s: dict) -> tuple[int, int, int, int | None]:
+    """``(dp, tp, sp, offload_chunk)`` for ``generate --auto-split``: the planner's recommendation for
+    this checkpoint, these settings and every device of the run (:mod:`vidax.models.wan.planner`).
+
+    Raises:
+      ValueError: mesh flags passed as well, or no split fits the budget (the message holds the report).
+    """
+    import jax
+
+    from vidax.core.planner import device_memory_bytes, format_bytes, host_memory_bytes
+    from vidax.models.wan.layout import resolve_checkpoint
+    from vidax.models.wan.planner import plan_wan
+
+    if (args.dp, args.tp, args.sp, args.offload_chunk) != (1, 1, 1, None):
+        raise ValueError("--auto-split chooses --dp/--tp/--sp/--offload-chunk itself; pass either, not both")
+    cfg = resolve_checkpoint(args.checkpoint).transformer_config()
+    n = jax.device_count()
+    budget = _gib(args.memory_gb) if args.memory_gb is not None else device_memory_bytes()
+    if budget is None:  # the CPU backend reports no limit: its devices share the host's memory
+        budget = host_memory_bytes() // jax.local_device_count()
+    plan = plan_wan(cfg, height=s["height"], width=s["width"], num_frames=s["num_frames"], dtype=s["dtype"], devices=n,
+                    memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb), guided=s["guidance_scale"] > 1.0,
+                    attention=args.attention, overlap=not args.offload_serial, offload_if_needed=True)
+    if plan.recommended is None:
+        raise ValueError("--auto-split: no split fits the memory budget\n" + plan.report())
+    split = plan.recommended.split
+    if jax.process_index() == 0:
+        print(f"auto split: {split.label()} (planned peak {format_bytes(plan.recommended.peak_bytes)} of "
+              f"{format_bytes(budget)} per device; {len(plan.estimates)} candidates in {plan.seconds:.1f}s)")
+    return split.dp, split.tp, split.sp, split.offload
+
+
+def _gib(x: float) -> int:
+    return int(x * (1 << 30))
+
+
+def _prepare_devices(n: int) -> None:
+    """Before JAX starts: let the CPU backend offer ``n`` devices (``XLA_FLAGS``), so that a plan for
+    ``n`` devices can compile on a host with fewer accelerators (or none)."""
+    if "jax" in sys.modules:  # already started (tests, an embedding program): use what exists
+        return
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    flags.append(f"--xla_force_host_platform_device_count={n}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def plan(args) -> int:
+    """``vidax plan``: compile the preset's step for every split on abstract shapes and print per-device memory."""
+    preset = PRESETS[args.preset]
+    devices = args.devices or preset.tp * preset.sp
+    if devices < 1:
+        raise ValueError(f"--devices must be >= 1, got {devices}")
+    _prepare_devices(devices)
+    from vidax.core.planner import Split, device_memory_bytes
+    from vidax.models.wan.layout import resolve_checkpoint
+    from vidax.models.wan.planner import plan_wan, preset_architecture
+
+    cfg = resolve_checkpoint(args.checkpoint).transformer_config() if args.checkpoint else preset_architecture(preset)
+    chunks = None
+    if args.chunks is not None:
+        chunks = [] if args.chunks.strip().lower() == "none" else [int(c) for c in args.chunks.split(",") if c.strip()]
+    budget = _gib(args.memory_gb) if args.memory_gb is not None else device_memory_bytes()
+    note = ""
+    if budget is None:
+        budget, note = _gib(30.75), " (the device reports no limit: TPU v4's usable 30.75 GiB, the paper's budget)"
+    print(f"planning {preset.name} on {devices} devices, budget {budget / 2**30:.2f} GiB per device{note} ...", flush=True)
+    result = plan_wan(cfg, height=args.height or preset.height, width=args.width or preset.width,
+                      num_frames=args.num_frames or preset.num_frames, dtype=args.dtype or preset.dtype,
+                      devices=devices, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb),
+                      guided=preset.guidance_scale > 1.0, chunks=chunks, overlap=not args.serial, model=preset.model,
+                      log=lambda line: print(line, flush=True))
+    print(result.report())
+    paper = Split(1, preset.tp, preset.sp, preset.offload_chunk)
+    row = next((e for e in result.estimates if e.split == paper and e.error is None), None)
+    if row is not None and devices == preset.tp * preset.sp:
+        print(f"the paper's split for this row: {paper.label()}: peak {row.peak_bytes / 2**30:.2f} GiB per device")
+    if args.json:
+        data = {"settings": result.settings, "budget_bytes": budget, "reserve_bytes": result.reserve_bytes,
+                "target": result.target, "seconds": result.seconds,
+                "recommended": None if result.recommended is None else vars(result.recommended.split),
+                "estimates": [{"split": vars(e.split), "peak_bytes": e.peak_bytes, "phases": e.phases,
+                               "comm_bytes": e.comm_bytes, "transfer_bytes": e.transfer_bytes, "launches": e.launches,
+                               "fits": e.fits, "error": e.error} for e in result.estimates]}
+        path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_text(json.dumps(m, indent=2))
-        os.replace(tmp, path)
+        path.write_text(json.dumps(data, indent=2))
     return 0
 
 
@@ -133,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             return generate(args)
         if args.command == "inspect":
             return inspect(args)
+        if args.command == "plan":
+            return plan(args)
         if args.command == "convert":
             return convert(args)
     except (ValueError, OSError) as e:  # CheckpointError is a ValueError; OSError: missing or existing files

@@ -47,6 +47,44 @@ _LAYOUTS: dict[str, tuple[Callable, Callable, Callable]] = {
 }
 
 
+# layout -> axis permutation p with ``ours = checkpoint.transpose(p)`` (None: unchanged). Our axis k
+# is checkpoint axis p[k]; this is what maps an index of our array back into the checkpoint tensor.
+_PERMS: dict[str, tuple[int, ...] | None] = {
+    "none": None,
+    "linear": (1, 0),
+    "conv3d": (2, 3, 4, 1, 0),
+    "conv2d": (2, 3, 1, 0),
+}
+
+
+def checkpoint_index(layout: str, index: tuple[slice, ...]) -> tuple[slice, ...]:
+    """Map an index of our array (after ``layout``) to the index of the checkpoint tensor holding it.
+
+    Our axis ``k`` is checkpoint axis ``p[k]`` (``ours = checkpoint.transpose(p)``), so
+    ``to_layout(layout, ckpt)[index] == to_layout(layout, ckpt[checkpoint_index(layout, index)])``.
+    Example: a column slice of a transposed linear kernel, ``(slice(None), slice(0, 8))`` on our
+    ``(in, out)``, is the row slice ``(slice(0, 8), slice(None))`` of the checkpoint's ``(out, in)``.
+
+    Args:
+      layout: a layout name (see the module docstring).
+      index: one slice (or int) per axis of our array; a shorter tuple is padded with ``slice(None)``
+        only for ``"none"`` (the permuted layouts need the full rank).
+
+    Raises:
+      ValueError: a permuted layout and an index of the wrong rank.
+    """
+    perm = _PERMS[layout]
+    index = tuple(index)
+    if perm is None:
+        return index
+    if len(index) != len(perm):
+        raise ValueError(f"layout {layout!r} needs an index of rank {len(perm)}, got {index!r}")
+    out: list = [slice(None)] * len(perm)
+    for k, p in enumerate(perm):
+        out[p] = index[k]
+    return tuple(out)
+
+
 def to_layout(layout: str, array: np.ndarray) -> np.ndarray:
     """Apply a layout change to a checkpoint array (a view where possible, no copy)."""
     return _LAYOUTS[layout][0](array)

@@ -8,6 +8,21 @@ the dtype policy on the host (fp32 -> bf16 by round-to-nearest-even through
 ``ml_dtypes``), and places the finished array with a single ``jax.device_put``
 (already sharded, when a sharding is given). Host memory beyond the mapped
 files stays near the largest single parameter.
+
+Two further placements (issue 4, part 2):
+
+* **Shard by shard** (``by_shards``; automatic when a sharding spans devices of other processes,
+  i.e. on several hosts): each parameter is created with ``jax.make_array_from_callback``; the
+  callback receives the index of one device's shard in our layout, maps it back through the
+  layout change (:func:`vidax.checkpoint.keymap.checkpoint_index`: a column slice of a transposed
+  linear kernel is a row slice of the checkpoint tensor) and reads only that slice of the
+  memory-mapped tensor, and only the layers a stacked slice covers. Each process therefore reads
+  the bytes of the shards its own devices hold (each distinct shard once), plus the replicated
+  parameters.
+* **Layer chunks** (:class:`LayerChunks`, for weight offloading): a stacked parameter becomes a
+  tuple of arrays of ``size`` layers each (the last one zero-padded), placed with the chunk
+  sharding, typically in host memory (``memory_kind="pinned_host"``), without passing through
+  device memory.
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -26,7 +42,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.keymap import KeyMap, layout_shape, to_layout
+from vidax.checkpoint.keymap import KeyMap, checkpoint_index, layout_shape, to_layout
 from vidax.core.params import ParamSpec, SpecTree, flatten, unflatten
 
 _MAX_LISTED = 40
@@ -241,6 +257,7 @@ def load_params(
     source: str = "checkpoint",
     place: bool = True,
     workers: int | None = None,
+    by_shards: bool | None = None,
 ) -> dict:
     """Translate a checkpoint into the model's parameter tree, streaming tensor by tensor.
 
@@ -259,16 +276,25 @@ def load_params(
       dtype: compute dtype for leaves not pinned to fp32 (``float32`` or ``bfloat16``).
         Integer or bool tensors keep their own dtype.
       shardings: optional ``(path, spec) -> jax.sharding.Sharding`` for each parameter;
-        arrays are created directly with it.
+        arrays are created directly with it. It may instead return a :class:`LayerChunks` for a
+        stacked parameter: that leaf then becomes a tuple of chunk arrays (weight offloading).
       source: name of the checkpoint for error messages.
       place: if False, return host NumPy arrays (for conversion tools and tests).
       workers: host threads converting tensors (NumPy releases the GIL); default: CPU count, at most 8.
+      by_shards: create each sharded array with ``jax.make_array_from_callback``, reading per
+        device shard only that shard's slice of the checkpoint (each distinct shard once per
+        process). None (default): only for shardings that are not fully addressable (several
+        processes), where it is required: a process cannot place data on another's devices, and
+        reading whole tensors would read every byte on every host. Host memory per parameter is
+        then one device's shard (of every layer, for a stacked one).
 
     Returns:
-      A nested dict of ``jax.Array`` (or ``np.ndarray`` if ``place=False``), same structure as ``specs``.
+      A nested dict of ``jax.Array`` (or ``np.ndarray`` if ``place=False``), same structure as
+      ``specs``; a :class:`LayerChunks` leaf is a tuple of arrays of shape ``(size, *shape[1:])``.
 
     Raises:
       CheckpointError: see :func:`plan_load`.
+      ValueError: :class:`LayerChunks` for a parameter that is not stacked.
     """
     plan = plan_load(reader, keymap, specs, source=source)
     dtype = np.dtype(dtype)
@@ -279,12 +305,132 @@ def load_params(
             entries = plan[path]
             target = _target_dtype(reader, entries, spec, dtype)
             sharding = shardings(path, spec) if (place and shardings is not None) else None
+            if isinstance(sharding, LayerChunks):
+                if entries[0][2] is None:
+                    raise ValueError(f"{path}: LayerChunks placement needs a stacked parameter (a leading layers axis)")
+                out[path] = _place_chunks(pool, reader, entries, spec.shape, target, sharding,
+                                          _use_shards(by_shards, sharding.sharding))
+                continue
+            if place and _use_shards(by_shards, sharding):
+                out[path] = _place_by_shards(pool, reader, entries, spec.shape, target, sharding)
+                continue
             if place and entries[0][2] is not None and _streams_layers(sharding):
                 out[path] = _place_stacked(pool, reader, entries, spec.shape, target, sharding)
                 continue
             host = _host_param(pool, reader, entries, spec.shape, target)
             out[path] = host if not place else jax.device_put(host, sharding)
     return unflatten(out)
+
+
+@dataclass(frozen=True)
+class LayerChunks:
+    """Placement of a stacked parameter as separate arrays of ``size`` layers each (offloading).
+
+    Returned by the ``shardings`` callable of :func:`load_params` for a stacked parameter: the
+    leaf becomes ``(chunk_0, ..., chunk_{n-1})`` with ``n = ceil(layers / size)``, each of shape
+    ``(size, *shape[1:])``, layers ``[i * size, (i + 1) * size)``; layers past the end of the
+    last chunk are zeros. Every chunk has ``sharding`` (e.g. a ``NamedSharding`` with
+    ``memory_kind="pinned_host"``: host memory, never device memory first); None keeps the chunks
+    as host NumPy arrays.
+
+    Attributes:
+      sharding: the chunk arrays' sharding (a ``jax.sharding.Sharding``) or None.
+      size: layers per chunk (>= 1).
+    """
+
+    sharding: Any
+    size: int
+
+    def __post_init__(self):
+        if int(self.size) < 1:
+            raise ValueError(f"LayerChunks.size must be >= 1, got {self.size}")
+
+
+def _use_shards(by_shards: bool | None, sharding) -> bool:
+    if sharding is None or not isinstance(sharding, jax.sharding.Sharding):
+        return False
+    if by_shards is None:
+        return not sharding.is_fully_addressable
+    return bool(by_shards)
+
+
+def _read(reader: Any, key: str, index: tuple) -> np.ndarray:
+    """``reader.get(key)[index]``, through ``reader.get_slice`` where the reader has one (counting readers)."""
+    getter = getattr(reader, "get_slice", None)
+    if getter is not None:
+        return getter(key, index)
+    return reader.get(key)[index]
+
+
+def _bounds(index: tuple, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """A device index (slices, as ``make_array_from_callback`` passes them) as ``(start, stop)`` per axis."""
+    index = tuple(index) + (slice(None),) * (len(shape) - len(tuple(index)))
+    out = []
+    for s, n in zip(index, shape):
+        start, stop, step = s.indices(n)
+        if step != 1:
+            raise ValueError(f"strided shard index {s} is not supported")
+        out.append((start, stop))
+    return tuple(out)
+
+
+def _convert_region(pool, reader, key: str, layout: str, bounds, out: np.ndarray) -> None:
+    """Fill ``out`` with the region ``bounds`` (our layout) of checkpoint tensor ``key``, reading only that region."""
+    src = _read(reader, key, checkpoint_index(layout, tuple(slice(a, b) for a, b in bounds)))
+    convert_into(pool, np.asarray(src), layout, out)
+
+
+def _read_region(pool, reader, entries, shape, target, bounds, layer_offset: int = 0) -> np.ndarray:
+    """The region ``bounds`` of a parameter of ``shape`` (our layout, ``target`` dtype), read from its entries.
+
+    For a stacked parameter the first bound selects layers (``+ layer_offset``: the chunk's first
+    layer); layers without an entry (the padding of a last chunk) are zeros.
+    """
+    out = aligned_empty(tuple(b - a for a, b in bounds), target)
+    if entries[0][2] is None:
+        key, layout, _ = entries[0]
+        _convert_region(pool, reader, key, layout, bounds, out)
+        return out
+    by_layer = {index: (key, layout) for key, layout, index in entries}
+    lo, hi = bounds[0]
+    for j, layer in enumerate(range(lo + layer_offset, hi + layer_offset)):
+        if layer in by_layer:
+            key, layout = by_layer[layer]
+            _convert_region(pool, reader, key, layout, bounds[1:], out[j])
+        else:
+            out[j] = 0
+    return out
+
+
+def _place_by_shards(pool, reader, entries, shape, target, sharding, layer_offset: int = 0) -> jax.Array:
+    """``jax.make_array_from_callback``: every addressable device's shard read from its own slice.
+
+    Devices of this process holding the same shard (replicated over some mesh axis) share one read.
+    """
+    shape = tuple(shape)
+    cache: dict = {}
+
+    def callback(index):
+        bounds = _bounds(index, shape)
+        if bounds not in cache:
+            cache[bounds] = _read_region(pool, reader, entries, shape, target, bounds, layer_offset)
+        return cache[bounds]
+
+    return jax.make_array_from_callback(shape, sharding, callback, dtype=target)
+
+
+def _place_chunks(pool, reader, entries, shape, target, chunks: LayerChunks, by_shards: bool) -> tuple:
+    """A stacked parameter as ``ceil(L / size)`` chunk arrays (see :class:`LayerChunks`)."""
+    layers, size = shape[0], int(chunks.size)
+    cshape = (size, *shape[1:])
+    out = []
+    for off in range(0, layers, size):
+        if by_shards:
+            out.append(_place_by_shards(pool, reader, entries, cshape, target, chunks.sharding, off))
+            continue
+        host = _read_region(pool, reader, entries, cshape, target, _bounds((), cshape), off)
+        out.append(host if chunks.sharding is None else jax.device_put(host, chunks.sharding))
+    return tuple(out)
 
 
 def _target_dtype(reader: Any, entries, spec: ParamSpec, dtype: np.dtype) -> np.dtype:

@@ -157,3 +157,61 @@ class CheckpointReader:
     def get(self, key: str) -> np.ndarray:
         """The tensor ``key`` as a read-only memory-mapped NumPy array (no copy)."""
         return self._where[key].get(key)
+
+
+class CountingReader:
+    """A reader wrapper that counts the checkpoint bytes the loader asks for.
+
+    Wraps any reader (``keys()``, ``shape()``, ``dtype()``, ``get()``). ``get(key)`` counts the
+    whole tensor; ``get_slice(key, index)`` (which :func:`vidax.checkpoint.loader.load_params`
+    uses when it reads shard by shard, e.g. on several hosts) counts only the bytes of the slice.
+    The counts are logical bytes in the stored dtype: what a memory map is asked for, which the
+    operating system rounds up to whole pages (for a column slice of a row-major tensor the
+    touched pages can span the whole tensor when its rows are shorter than a page).
+
+    Attributes:
+      bytes_read: total bytes handed out since construction (int).
+      per_key: ``{key: bytes}`` for every key read.
+      reader: the wrapped reader.
+
+    Thread safety: the loader reads from a thread pool; the counters are updated under a lock.
+    """
+
+    def __init__(self, reader):
+        import threading
+
+        self.reader = reader
+        self.bytes_read = 0
+        self.per_key: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _count(self, key: str, n: int) -> None:
+        with self._lock:
+            self.bytes_read += int(n)
+            self.per_key[key] = self.per_key.get(key, 0) + int(n)
+
+    def keys(self):
+        return self.reader.keys()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.reader.keys()
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self.reader.shape(key))
+
+    def dtype(self, key: str) -> np.dtype:
+        return self.reader.dtype(key) if hasattr(self.reader, "dtype") else self.reader.get(key).dtype
+
+    def get(self, key: str) -> np.ndarray:
+        """The whole tensor ``key`` (counted whole)."""
+        a = self.reader.get(key)
+        self._count(key, a.nbytes)
+        return a
+
+    def get_slice(self, key: str, index: tuple) -> np.ndarray:
+        """``get(key)[index]`` counting only the slice's bytes (a view of the memory map: nothing
+        outside the slice is touched until the caller reads it)."""
+        inner = getattr(self.reader, "get_slice", None)
+        a = inner(key, index) if inner is not None else self.reader.get(key)[index]
+        self._count(key, a.nbytes)
+        return a

@@ -81,6 +81,7 @@ def convert_checkpoint(
 
     Raises:
       CheckpointError: the source is incomplete or does not match its configuration.
+      ValueError: an image-to-video or Wan2.2 checkpoint (not convertible yet).
       FileExistsError: ``dst`` exists.
     """
     t0 = time.perf_counter()
@@ -88,6 +89,12 @@ def convert_checkpoint(
     if dst.exists():
         raise FileExistsError(f"{dst} exists; choose a new output folder")
     ckpt = resolve_checkpoint(src)
+    from vidax.models.wan.pipeline_i2v import needs_general_pipeline
+
+    if needs_general_pipeline(src):
+        # The vidax layout has no image_encoder/, transformer_2/ or model_index settings yet.
+        raise ValueError(f"{src}: vidax convert translates Wan2.1 text-to-video checkpoints; image-to-video and "
+                         "Wan2.2 checkpoints load directly from their diffusers or original folders")
     maps = ckpt.maps
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))

@@ -107,6 +107,60 @@ MODEL_INDEX = {
 }
 
 
+def image_encoder_config(**overrides) -> dict:
+    """A tiny CLIP vision ``config.json`` in the layout of the Wan I2V ``image_encoder/``
+    (``CLIPVisionModelWithProjection``, exact GELU): 28 px, patch 14, so 5 tokens per image."""
+    cfg = {
+        "architectures": ["CLIPVisionModelWithProjection"], "attention_dropout": 0.0, "dropout": 0.0,
+        "hidden_act": "gelu", "hidden_size": 32, "image_size": 28, "initializer_factor": 1.0,
+        "initializer_range": 0.02, "intermediate_size": 64, "layer_norm_eps": 1e-05, "model_type": "clip_vision_model",
+        "num_attention_heads": 4, "num_channels": 3, "num_hidden_layers": 2, "patch_size": 14, "projection_dim": 16,
+        "dtype": "float32", "transformers_version": TRANSFORMERS_VERSION,
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+def image_processor_config(size: int) -> dict:
+    """The Wan I2V ``image_processor/preprocessor_config.json`` (OpenAI CLIP settings) at ``size`` pixels."""
+    return {
+        "crop_size": {"height": size, "width": size}, "do_center_crop": True, "do_convert_rgb": True,
+        "do_normalize": True, "do_rescale": True, "do_resize": True,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_processor_type": "CLIPImageProcessor",
+        "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3,
+        "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": size},
+    }
+
+
+#: Tiny checkpoints of every Wan task (``write_demo_checkpoint(task=...)``): the model_index class,
+#: whether there is a CLIP image encoder, a second (low-noise) expert, model_index settings, and
+#: the transformer / VAE config changes (FLF2V's ``pos_embed_seq_len`` is 2 x the CLIP tokens).
+TASKS = {
+    "t2v": dict(cls="WanPipeline", clip=False, experts=1, index={}, transformer={}, vae={}),
+    "i2v": dict(cls="WanImageToVideoPipeline", clip=True, experts=1, index={}, transformer={"in_channels": 36}, vae={}),
+    "flf2v": dict(cls="WanImageToVideoPipeline", clip=True, experts=1, index={}, transformer={"in_channels": 36},
+                  vae={}, flf2v=True),
+    "t2v-a14b": dict(cls="WanPipeline", clip=False, experts=2, index={"boundary_ratio": 0.875}, transformer={}, vae={}),
+    "i2v-a14b": dict(cls="WanImageToVideoPipeline", clip=False, experts=2, index={"boundary_ratio": 0.9},
+                     transformer={"in_channels": 36}, vae={}),
+    "ti2v": dict(cls="WanPipeline", clip=False, experts=1, index={"expand_timesteps": True},
+                 transformer={"in_channels": 48, "out_channels": 48}, vae="wan2.2"),
+}
+
+
+def wan22_vae_config(**overrides) -> dict:
+    """A tiny Wan2.2 VAE ``config.json`` (``is_residual``, 48 latent channels, patch 2: 16x spatial)."""
+    rng = np.random.default_rng(48)
+    cfg = vae_config(
+        base_dim=8, decoder_base_dim=12, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1, is_residual=True,
+        in_channels=12, out_channels=12, patch_size=2, scale_factor_spatial=16,
+        latents_mean=[round(float(v), 4) for v in 0.5 * rng.standard_normal(48)],
+        latents_std=[round(float(v), 4) for v in 1.0 + 0.5 * rng.random(48)],
+    )
+    cfg.update(overrides)
+    return cfg
+
+
 def random_params(specs, rng: np.random.Generator) -> dict:
     """Random float32 host parameters for a spec tree, initialised so activations stay O(1).
 
@@ -146,8 +200,18 @@ def random_state_dict(keymap, specs, rng: np.random.Generator) -> dict[str, np.n
 
 
 def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_overrides: dict | None = None,
-                          vae_overrides: dict | None = None, text_overrides: dict | None = None) -> Path:
+                          vae_overrides: dict | None = None, text_overrides: dict | None = None,
+                          task: str = "t2v", image_encoder_overrides: dict | None = None,
+                          scheduler_overrides: dict | None = None) -> Path:
     """Write the tiny demo Wan2.1 T2V checkpoint into ``folder`` (diffusers layout).
+
+    ``task`` writes the tiny checkpoint of another Wan task instead (:data:`TASKS`), in the files
+    and tensor names diffusers' pipelines save: ``"i2v"`` / ``"flf2v"`` (Wan2.1 I2V / FLF2V:
+    36-channel transformer with an image embedder, ``image_encoder/`` a transformers
+    ``CLIPVisionModelWithProjection``, ``image_processor/``), ``"t2v-a14b"`` / ``"i2v-a14b"``
+    (Wan2.2 A14B: ``transformer/`` high-noise and ``transformer_2/`` low-noise experts,
+    ``boundary_ratio`` 0.875 / 0.9 in ``model_index.json``), ``"ti2v"`` (Wan2.2 TI2V-5B: Wan2.2 VAE,
+    48 latent channels, ``expand_timesteps``).
 
     The folder is assembled under a temporary name beside ``folder`` and renamed into place
     when complete, so an interrupted run never leaves a partial checkpoint.
@@ -156,13 +220,17 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_over
       folder: target folder; must not exist yet.
       seed: seed of the random weights.
       *_overrides: config.json overrides per component (tests use them for other tiny shapes).
+      task: one of :data:`TASKS`.
 
     Returns:
       ``folder``.
 
     Raises:
-      FileExistsError: ``folder`` exists.
+      FileExistsError: ``folder`` exists. ValueError: an unknown task.
     """
+    if task not in TASKS:
+        raise ValueError(f"unknown demo task {task!r}; known: {sorted(TASKS)}")
+    spec = TASKS[task]
     folder = Path(folder)
     if folder.exists():
         raise FileExistsError(f"{folder} exists; remove it to write a fresh demo checkpoint")
@@ -172,8 +240,18 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_over
         rng = np.random.default_rng(seed)
         vocab_size = Tokenizer.from_folder(write_demo_tokenizer(tmp / "tokenizer")).vocab_size
         ecfg_json = text_encoder_config(vocab_size, **(text_overrides or {}))
-        tcfg_json = transformer_config(ecfg_json["d_model"], **(transformer_overrides or {}))
-        vcfg_json = vae_config(**(vae_overrides or {}))
+        icfg_json = image_encoder_config(**(image_encoder_overrides or {})) if spec["clip"] else None
+        task_transformer = dict(spec["transformer"])
+        if icfg_json is not None:
+            tokens = (icfg_json["image_size"] // icfg_json["patch_size"]) ** 2 + 1
+            heads = (transformer_overrides or {}).get("num_attention_heads", 2)
+            head_dim = (transformer_overrides or {}).get("attention_head_dim", 32)
+            task_transformer.update(image_dim=icfg_json["hidden_size"], added_kv_proj_dim=heads * head_dim)
+            if spec.get("flf2v"):
+                task_transformer["pos_embed_seq_len"] = 2 * tokens
+        tcfg_json = transformer_config(ecfg_json["d_model"], **{**task_transformer, **(transformer_overrides or {})})
+        vae_base = wan22_vae_config() if spec["vae"] == "wan2.2" else vae_config()
+        vcfg_json = {**vae_base, **(vae_overrides or {})}
 
         ecfg = T5Config.from_dict(ecfg_json)
         save_component(tmp / "text_encoder", "model.safetensors",
@@ -181,12 +259,23 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_over
         tcfg = WanTransformerConfig.from_dict(tcfg_json)
         save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors",
                        random_state_dict(transformer_keymap_diffusers(tcfg), transformer_specs(tcfg), rng), tcfg_json)
+        if spec["experts"] == 2:  # the low-noise expert: same architecture, its own weights
+            save_component(tmp / "transformer_2", "diffusion_pytorch_model.safetensors",
+                           random_state_dict(transformer_keymap_diffusers(tcfg), transformer_specs(tcfg), rng), tcfg_json)
+        if icfg_json is not None:
+            from vidax.encoders.clip import CLIPVisionConfig, clip_keymap, clip_specs
+
+            icfg = CLIPVisionConfig.from_dict(icfg_json)
+            save_component(tmp / "image_encoder", "model.safetensors",
+                           random_state_dict(clip_keymap(icfg), clip_specs(icfg), rng), icfg_json)
+            (tmp / "image_processor").mkdir()
+            write_json(tmp / "image_processor" / "preprocessor_config.json", image_processor_config(icfg.image_size))
         vcfg = wan_vae.WanVAEConfig.from_dict(vcfg_json)
         save_component(tmp / "vae", "diffusion_pytorch_model.safetensors",
                        random_state_dict(wan_vae.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), rng), vcfg_json)
         (tmp / "scheduler").mkdir()
-        write_json(tmp / "scheduler" / "scheduler_config.json", scheduler_config())
-        write_json(tmp / "model_index.json", MODEL_INDEX)
+        write_json(tmp / "scheduler" / "scheduler_config.json", {**scheduler_config(), **(scheduler_overrides or {})})
+        write_json(tmp / "model_index.json", _model_index(spec))
         (tmp / DEMO_MARKER).write_text(
             "vidax demo checkpoint: Wan2.1 architecture at a tiny size with RANDOM weights.\n"
             "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
@@ -196,6 +285,17 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_over
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def _model_index(spec: dict) -> dict:
+    index = dict(MODEL_INDEX, _class_name=spec["cls"], **spec["index"])
+    if spec["experts"] == 2:
+        index["transformer_2"] = ["diffusers", "WanTransformer3DModel"]
+    if spec["cls"] == "WanImageToVideoPipeline":
+        clip = spec["clip"]
+        index["image_encoder"] = ["transformers", "CLIPVisionModel"] if clip else [None, None]
+        index["image_processor"] = ["transformers", "CLIPImageProcessor"] if clip else [None, None]
+    return index
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,8 +41,49 @@ from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear, norm, rules
 from vidax.models.wan.config import WanTransformerConfig
 
 
+def _image_rules_diffusers(cfg: WanTransformerConfig) -> list[Rule]:
+    """I2V / FLF2V additions (diffusers): image embedder, image keys/values of every cross-attention."""
+    if cfg.image_dim is None:
+        return []
+    e, b = "condition_embedder.image_embedder", "blocks.{i}.attn2"
+    return rules(
+        norm(f"{e}.norm1", f"{_IMG}/norm1"),
+        linear(f"{e}.ff.net.0.proj", f"{_IMG}/ff/up"),
+        linear(f"{e}.ff.net.2", f"{_IMG}/ff/down"),
+        norm(f"{e}.norm2", f"{_IMG}/norm2"),
+        [Rule(f"{e}.pos_embed", f"{_IMG}/pos_embed")] if cfg.pos_embed_seq_len is not None else [],
+        linear(f"{b}.add_k_proj", "blocks/attn2/add_k_proj"),
+        linear(f"{b}.add_v_proj", "blocks/attn2/add_v_proj"),
+        norm(f"{b}.norm_added_k", "blocks/attn2/norm_added_k", bias=False),
+    )
+
+
+def _image_rules_original(cfg: WanTransformerConfig) -> list[Rule]:
+    """I2V / FLF2V additions in the original ``WanModel`` names (``MLPProj`` ``img_emb``, ``WanI2VCrossAttention``)."""
+    if cfg.image_dim is None:
+        return []
+    b = "blocks.{i}.cross_attn"
+    return rules(
+        norm("img_emb.proj.0", f"{_IMG}/norm1"),
+        linear("img_emb.proj.1", f"{_IMG}/ff/up"),
+        linear("img_emb.proj.3", f"{_IMG}/ff/down"),
+        norm("img_emb.proj.4", f"{_IMG}/norm2"),
+        [Rule("img_emb.emb_pos", f"{_IMG}/pos_embed")] if cfg.pos_embed_seq_len is not None else [],
+        linear(f"{b}.k_img", "blocks/attn2/add_k_proj"),
+        linear(f"{b}.v_img", "blocks/attn2/add_v_proj"),
+        norm(f"{b}.norm_k_img", "blocks/attn2/norm_added_k", bias=False),
+    )
+
+
+_IMG = "condition_embedder/image_embedder"
+
+
 def transformer_keymap_diffusers(cfg: WanTransformerConfig) -> KeyMap:
-    """Key map for a diffusers-layout Wan2.1 transformer."""
+    """Key map for a diffusers-layout Wan transformer (Wan2.1 T2V / I2V / FLF2V, Wan2.2).
+
+    Image-to-video configurations add ``condition_embedder.image_embedder.{norm1, ff.net.0.proj,
+    ff.net.2, norm2[, pos_embed]}`` and ``blocks.N.attn2.{add_k_proj, add_v_proj, norm_added_k}``.
+    """
 
     def attn(name: str) -> list[Rule]:
         k, p = f"blocks.{{i}}.{name}", f"blocks/{name}"
@@ -72,6 +113,7 @@ def transformer_keymap_diffusers(cfg: WanTransformerConfig) -> KeyMap:
             Rule("blocks.{i}.scale_shift_table", "blocks/scale_shift_table"),
             linear("proj_out", "proj_out"),
             Rule("scale_shift_table", "scale_shift_table"),
+            _image_rules_diffusers(cfg),
         ),
         # diffusers lists this key as safe to ignore (older conversions carried an unused norm).
         ignore=[r".*norm_added_q\..*"],
@@ -83,8 +125,10 @@ def transformer_keymap_original(cfg: WanTransformerConfig) -> KeyMap:
 
     Fills exactly the spec tree of :func:`vidax.models.wan.transformer.transformer_specs`
     (same parameter paths as :func:`transformer_keymap_diffusers`); the table in this
-    module's docstring lists every rename. Image-to-video keys (``img_emb.*``,
-    ``cross_attn.k_img`` ...) are not mapped: the strict loader reports them as unexpected.
+    module's docstring lists every rename. Image-to-video configurations add ``img_emb.proj.{0,1,3,4}``
+    (``MLPProj``: LayerNorm, Linear, GELU, Linear, LayerNorm; FLF2V also ``img_emb.emb_pos``) and
+    ``blocks.N.cross_attn.{k_img, v_img, norm_k_img}``, renamed as diffusers'
+    ``convert_wan_transformer_to_diffusers`` does.
 
     Args:
       cfg: the architecture (``cross_attn_norm`` decides whether ``blocks.N.norm3`` exists).
@@ -121,5 +165,6 @@ def transformer_keymap_original(cfg: WanTransformerConfig) -> KeyMap:
             Rule("blocks.{i}.modulation", "blocks/scale_shift_table"),
             linear("head.head", "proj_out"),
             Rule("head.modulation", "scale_shift_table"),
+            _image_rules_original(cfg),
         )
     )

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,12 @@ class WanCheckpoint:
       layout: ``"diffusers"`` or ``"original"``.
       transformer_config_path, transformer_weights, vae_weights, vae_config_path,
       text_encoder_weights, text_encoder_config_path, tokenizer, scheduler_config_path: paths.
+      transformer_2_config_path, transformer_2_weights: the low-noise expert of a Wan2.2 A14B
+        checkpoint (diffusers ``transformer_2/``, original ``low_noise_model/``), else None.
+      image_encoder: the CLIP vision folder (diffusers ``image_encoder/``; Wan2.1 I2V / FLF2V), else None.
+      image_processor: the folder holding ``preprocessor_config.json`` (diffusers ``image_processor/``), else None.
+      pipeline_config: ``model_index.json`` settings that change sampling: ``boundary_ratio`` (two
+        experts), ``expand_timesteps`` (Wan2.2 TI2V per-token timesteps), ``_class_name``.
     """
 
     folder: Path
@@ -165,6 +171,11 @@ class WanCheckpoint:
     text_encoder_config_path: Path | None
     tokenizer: Path
     scheduler_config_path: Path | None
+    transformer_2_config_path: Path | None = None
+    transformer_2_weights: Path | None = None
+    image_encoder: Path | None = None
+    image_processor: Path | None = None
+    pipeline_config: dict = field(default_factory=dict)
 
     @property
     def maps(self) -> WanLayout:
@@ -177,11 +188,40 @@ class WanCheckpoint:
         Raises:
           CheckpointError: the file is not valid JSON. ValueError: an unsupported configuration.
         """
-        return self.maps.transformer_config(_read_json(self.transformer_config_path))
+        return self._transformer_config(self.transformer_config_path, self.transformer_weights)
+
+    def _transformer_config(self, config_path: Path, weights: Path) -> WanTransformerConfig:
+        config = _read_json(config_path)
+        if self.layout == ORIGINAL:
+            # Wan2.1 I2V and Wan2.2 I2V A14B share config keys; only Wan2.1's has the CLIP embedder img_emb.*.
+            embedder = any(k.startswith("img_emb.") for k in _reader(weights).keys())
+            return WanTransformerConfig.from_original_dict(config, image_embedder=embedder)
+        return self.maps.transformer_config(config)
 
     def transformer_reader(self):
         """A :class:`~vidax.checkpoint.safetensors_io.CheckpointReader` over the transformer weights."""
         return _reader(self.transformer_weights)
+
+    def transformer_2_config(self) -> WanTransformerConfig | None:
+        """The low-noise expert's architecture (Wan2.2 A14B), or None for a one-transformer checkpoint."""
+        if self.transformer_2_config_path is None:
+            return None
+        return self._transformer_config(self.transformer_2_config_path, self.transformer_2_weights)
+
+    def transformer_2_reader(self):
+        """A reader over the low-noise expert's weights (requires ``transformer_2_weights``)."""
+        return _reader(self.transformer_2_weights)
+
+    @property
+    def boundary_ratio(self) -> float | None:
+        """``model_index.json`` ``boundary_ratio`` (Wan2.2 A14B: 0.875 T2V, 0.9 I2V), or None."""
+        v = self.pipeline_config.get("boundary_ratio")
+        return None if v is None else float(v)
+
+    @property
+    def expand_timesteps(self) -> bool:
+        """``model_index.json`` ``expand_timesteps`` (Wan2.2 TI2V-5B: per-token timesteps)."""
+        return bool(self.pipeline_config.get("expand_timesteps", False))
 
     def vae_reader(self):
         """A reader over the VAE weights (safetensors folder, or ``Wan2.1_VAE.pth``)."""
@@ -310,16 +350,107 @@ def _resolve_diffusers(folder: Path) -> WanCheckpoint:
             raise CheckpointError(f"{folder / part}: config.json is missing")
     if not (folder / "scheduler" / "scheduler_config.json").is_file():
         raise CheckpointError(f"{folder / 'scheduler'}: scheduler_config.json is missing")
+    index = _read_json(folder / "model_index.json")
+    optional = _diffusers_optional_parts(folder, index)
     return WanCheckpoint(
         folder=folder, layout=DIFFUSERS,
         transformer_config_path=folder / "transformer" / "config.json", transformer_weights=folder / "transformer",
         vae_weights=folder / "vae", vae_config_path=folder / "vae" / "config.json",
         text_encoder_weights=folder / "text_encoder", text_encoder_config_path=folder / "text_encoder" / "config.json",
         tokenizer=folder / "tokenizer", scheduler_config_path=folder / "scheduler" / "scheduler_config.json",
+        **optional,
+    )
+
+
+def _named_in_index(index: dict, part: str) -> bool:
+    entry = index.get(part)
+    return isinstance(entry, (list, tuple)) and len(entry) == 2 and entry[1] is not None
+
+
+def _diffusers_optional_parts(folder: Path, index: dict) -> dict:
+    """``transformer_2/``, ``image_encoder/``, ``image_processor/`` and the sampling settings of ``model_index.json``.
+
+    A part ``model_index.json`` names (``["diffusers", "WanTransformer3DModel"]``, not ``[null, null]``)
+    must be present; one it does not name is not loaded even if its folder exists.
+
+    Raises:
+      CheckpointError: a named part's folder or ``config.json`` is missing; ``boundary_ratio`` without
+        ``transformer_2`` or the reverse.
+    """
+    out: dict = {"pipeline_config": {k: index[k] for k in ("boundary_ratio", "expand_timesteps", "_class_name")
+                                     if k in index}}
+    missing = []
+    if _named_in_index(index, "transformer_2"):
+        if not (folder / "transformer_2" / "config.json").is_file():
+            missing.append("transformer_2/config.json")
+        out["transformer_2_config_path"] = folder / "transformer_2" / "config.json"
+        out["transformer_2_weights"] = folder / "transformer_2"
+    if _named_in_index(index, "image_encoder"):
+        if not (folder / "image_encoder" / "config.json").is_file():
+            missing.append("image_encoder/config.json")
+        out["image_encoder"] = folder / "image_encoder"
+    if _named_in_index(index, "image_processor"):
+        if not (folder / "image_processor" / "preprocessor_config.json").is_file():
+            missing.append("image_processor/preprocessor_config.json")
+        out["image_processor"] = folder / "image_processor"
+    if missing:
+        raise CheckpointError(f"{folder}: model_index.json names parts that are missing: {', '.join(missing)}; "
+                              "re-download them")
+    two = "transformer_2_weights" in out
+    if two != (index.get("boundary_ratio") is not None):
+        raise CheckpointError(
+            f"{folder}: model_index.json has boundary_ratio={index.get('boundary_ratio')} but "
+            f"{'a' if two else 'no'} transformer_2; a two-expert (Wan2.2 A14B) checkpoint needs both"
+        )
+    return out
+
+
+#: The two expert folders of an original Wan2.2 A14B release, and the boundary its configs hard-code
+#: per model type (Wan2.2 ``wan/configs/wan_t2v_A14B.py`` 0.875, ``wan_i2v_A14B.py`` 0.900).
+ORIGINAL_HIGH_NOISE, ORIGINAL_LOW_NOISE = "high_noise_model", "low_noise_model"
+ORIGINAL_A14B_BOUNDARY = {"t2v": 0.875, "i2v": 0.9}
+#: Flow shift of the Wan2.2 A14B ``generate.py`` defaults (``sample_shift``): T2V 12.0, I2V 5.0.
+ORIGINAL_A14B_FLOW_SHIFT = {"t2v": 12.0, "i2v": 5.0}
+
+
+def _resolve_original_experts(folder: Path) -> WanCheckpoint:
+    """An original Wan2.2 A14B release: ``high_noise_model/`` and ``low_noise_model/`` (each ``config.json`` +
+    ``diffusion_pytorch_model*.safetensors``), ``Wan2.1_VAE.pth``, the T5 ``.pth`` and its tokenizer."""
+    missing, weights = [], {}
+    for name in (ORIGINAL_HIGH_NOISE, ORIGINAL_LOW_NOISE):
+        if not (folder / name / ORIGINAL_CONFIG).is_file():
+            missing.append(f"{name}/{ORIGINAL_CONFIG}")
+        weights[name] = _original_transformer_weights(folder / name)
+        if weights[name] is None:
+            missing.append(f"{name}/{ORIGINAL_TRANSFORMER} (or its sharded index)")
+    for name in (ORIGINAL_VAE, ORIGINAL_T5):
+        if not (folder / name).is_file():
+            missing.append(name)
+    if not (folder / ORIGINAL_TOKENIZER / "tokenizer.json").is_file():
+        missing.append(f"{ORIGINAL_TOKENIZER}/tokenizer.json")
+    if missing:
+        raise CheckpointError(f"{folder}: original-layout Wan2.2 A14B folder is missing {', '.join(missing)}; "
+                              "re-download the complete release (e.g. Wan-AI/Wan2.2-T2V-A14B)")
+    model_type = _read_json(folder / ORIGINAL_HIGH_NOISE / ORIGINAL_CONFIG).get("model_type", "t2v")
+    if model_type not in ORIGINAL_A14B_BOUNDARY:
+        raise CheckpointError(f"{folder}: two-expert release of model_type {model_type!r}; expected 't2v' or 'i2v'")
+    return WanCheckpoint(
+        folder=folder, layout=ORIGINAL,
+        transformer_config_path=folder / ORIGINAL_HIGH_NOISE / ORIGINAL_CONFIG,
+        transformer_weights=weights[ORIGINAL_HIGH_NOISE],
+        vae_weights=folder / ORIGINAL_VAE, vae_config_path=None,
+        text_encoder_weights=folder / ORIGINAL_T5, text_encoder_config_path=None,
+        tokenizer=folder / ORIGINAL_TOKENIZER, scheduler_config_path=None,
+        transformer_2_config_path=folder / ORIGINAL_LOW_NOISE / ORIGINAL_CONFIG,
+        transformer_2_weights=weights[ORIGINAL_LOW_NOISE],
+        pipeline_config={"boundary_ratio": ORIGINAL_A14B_BOUNDARY[model_type],
+                         "original_flow_shift": ORIGINAL_A14B_FLOW_SHIFT[model_type]},
     )
 
 
 def _resolve_original(folder: Path) -> WanCheckpoint:
+    if (folder / ORIGINAL_HIGH_NOISE).is_dir() and not (folder / ORIGINAL_CONFIG).is_file():
+        return _resolve_original_experts(folder)
     missing = []
     if not (folder / ORIGINAL_CONFIG).is_file():
         missing.append(ORIGINAL_CONFIG)
@@ -332,13 +463,9 @@ def _resolve_original(folder: Path) -> WanCheckpoint:
     if not (folder / ORIGINAL_TOKENIZER / "tokenizer.json").is_file():
         missing.append(f"{ORIGINAL_TOKENIZER}/tokenizer.json")
     if missing:
-        hint = (
-            " (this looks like a Wan2.2 two-expert release with high_noise_model/ and low_noise_model/, "
-            "which vidax does not run yet)" if (folder / "high_noise_model").is_dir() else ""
-        )
         raise CheckpointError(
             f"{folder}: original-layout Wan folder is missing {', '.join(missing)}; re-download "
-            f"the complete Wan2.1 release (e.g. Wan-AI/Wan2.1-T2V-1.3B){hint}"
+            f"the complete Wan2.1 release (e.g. Wan-AI/Wan2.1-T2V-1.3B)"
         )
     return WanCheckpoint(
         folder=folder, layout=ORIGINAL,

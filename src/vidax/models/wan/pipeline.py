@@ -17,12 +17,23 @@ With ``dp * tp * sp > 1`` the transformer runs on a ``(data, tensor, sequence)``
 (:mod:`vidax.core.sharding`): its parameters are loaded already sharded by
 :data:`vidax.models.wan.sharding.WAN_RULES`, the CFG halves are split over ``data``, heads over
 ``tensor`` and tokens over ``sequence``. The text encoder and VAE stay on the first device.
+
+With ``offload_chunk=N`` the transformer's blocks are loaded straight into host memory as
+chunks of N blocks (:mod:`vidax.core.offload`) and streamed into device memory during each
+step, the copy of the next chunk overlapping the current chunk's compute
+(:mod:`vidax.models.wan.offload`).
+
+On several hosts (after ``jax.distributed.initialize()``) every process runs this same program:
+each reads from the checkpoint only the shards its own devices hold
+(:func:`vidax.checkpoint.loader.load_params` with ``make_array_from_callback``), the text encoder
+and the VAE run on each process's first local device, and only process 0 shows progress.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from functools import partial
 import resource
 import time
 from dataclasses import dataclass, field
@@ -35,16 +46,21 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.loader import load_params
+from vidax.checkpoint.loader import LayerChunks, load_params
+from vidax.checkpoint.reader import CountingReader
 from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.offload import ChunkPlan, OffloadedStack, device_sharding, host_memory_kind
 from vidax.core.parallel import sequence_mode
+from vidax.core.params import map_specs
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, clean_prompt
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.layout import DIFFUSERS_PARTS, ORIGINAL_T2V_FLOW_SHIFT, resolve_checkpoint
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
-from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+from vidax.models.wan import offload as wan_offload
+from vidax.models.wan.transformer import (forward, forward_epilogue, forward_prologue, num_tokens, rope_tables,
+                                          transformer_specs)
 from vidax.schedulers import scheduler_from_config
 
 # The parts a diffusers-layout Wan checkpoint folder must have.
@@ -120,7 +136,7 @@ class WanPipeline:
 
     def __init__(self, folder: Path, transformer_cfg, transformer_params, vae_cfg, vae_params,
                  text_cfg, text_params, tokenizer, scheduler_config, attention: str = "xla", layout: str = "diffusers",
-                 mesh=None, rules=WAN_RULES):
+                 mesh=None, rules=WAN_RULES, offload: OffloadedStack | None = None, offload_overlap: bool = True):
         self.folder = folder
         self.layout = layout  # "diffusers" or "original" (vidax.models.wan.layout)
         self.transformer_cfg = transformer_cfg
@@ -137,6 +153,10 @@ class WanPipeline:
         # One jitted step per pipeline, so its compilation count is observable (tests) and per run.
         self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
+        # Offloading: transformer_params then holds only the resident (non-block) parameters.
+        self.offload = offload
+        self.offload_overlap = offload_overlap
+        self.load_stats: dict[str, Any] = {}
 
     @classmethod
     def from_pretrained(
@@ -151,6 +171,8 @@ class WanPipeline:
         tp: int = 1,
         sp: int = 1,
         devices: list | None = None,
+        offload_chunk: int | None = None,
+        offload_overlap: bool = True,
     ) -> WanPipeline:
         """Load a Wan2.1 T2V folder in either layout, detected by :func:`vidax.models.wan.layout.resolve_checkpoint`.
 
@@ -171,15 +193,32 @@ class WanPipeline:
           dp, tp, sp: data, tensor and sequence parallel sizes of the transformer's mesh
             (:func:`vidax.core.sharding.make_mesh`); all 1: one device, no mesh.
           devices: the mesh's devices (default all; their count must be ``dp * tp * sp``).
+          offload_chunk: None: the transformer's blocks are resident in device memory. N: they
+            are loaded straight into host memory (``pinned_host`` where the backend has it) as
+            chunks of N blocks, with the resident shardings, and streamed to the devices chunk by
+            chunk in every step (:mod:`vidax.core.offload`); N need not divide the layer count
+            (the last chunk is zero-padded).
+          offload_overlap: with offloading, copy chunk ``i + 1`` while chunk ``i`` computes (True)
+            or serially (False, the paper's mode).
 
         Raises:
           CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
             not the transformer's ``text_dim``, or weights that do not match their configuration
             (all mismatches listed at once).
           ValueError: an unsupported configuration (e.g. an image-to-video model); a mesh that
-            does not cover the devices, or a tp that does not divide the head count (valid sizes
-            listed), raised before any weight is read.
+            does not cover the devices, a tp that does not divide the head count (valid sizes
+            listed), or an offload chunk outside ``[1, num_layers]``, raised before any weight is read.
+
+        Checkpoints this class does not run (image-conditioned, two experts, the Wan2.2 VAE) load as
+        :class:`vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline`, a subclass with the same call.
         """
+        if cls is WanPipeline:
+            from vidax.models.wan.pipeline_i2v import WanImageToVideoPipeline, needs_general_pipeline
+
+            if needs_general_pipeline(folder):
+                options = {k: v for k, v in locals().items() if k not in ("cls", "folder", "WanImageToVideoPipeline",
+                                                                          "needs_general_pipeline")}
+                return WanImageToVideoPipeline.from_pretrained(folder, **options)
         t0 = time.perf_counter()
         ckpt = resolve_checkpoint(folder)
         maps = ckpt.maps
@@ -188,11 +227,18 @@ class WanPipeline:
         if dp * tp * sp > 1 or devices is not None:
             mesh = make_mesh(dp, tp, sp, devices=devices)
             check_parallel(tcfg, mesh, WAN_RULES)
+        plan = None if offload_chunk is None else ChunkPlan(tcfg.num_layers, offload_chunk)
+        treader = CountingReader(ckpt.transformer_reader())
+        tspecs = transformer_specs(tcfg)
         tparams = load_params(
-            ckpt.transformer_reader(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
-            jnp.dtype(dtype), source=str(ckpt.transformer_weights),
-            shardings=None if mesh is None else WAN_RULES.sharding_fn(mesh),
+            treader, maps.transformer_keymap(tcfg), tspecs, jnp.dtype(dtype), source=str(ckpt.transformer_weights),
+            shardings=_transformer_placement(tcfg, mesh, plan),
         )
+        offload = None
+        if plan is not None:
+            device = (WAN_RULES.param_shardings(tspecs, mesh) if mesh is not None
+                      else map_specs(lambda *_: device_sharding(None), tspecs))["blocks"]
+            offload = OffloadedStack.from_chunk_leaves(tparams.pop("blocks"), device, tcfg.num_layers)
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
         vparams = load_params(
@@ -216,9 +262,11 @@ class WanPipeline:
             # the configuration below) at generate.py's default t2v shift; flow_shift / presets override it.
             sched_cfg = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention,
-                   layout=ckpt.layout, mesh=mesh)
-        jax.block_until_ready((tparams, vparams, eparams))
+                   layout=ckpt.layout, mesh=mesh, offload=offload, offload_overlap=offload_overlap)
+        jax.block_until_ready((tparams, vparams, eparams, None if offload is None else offload.chunks))
         pipe.load_seconds = time.perf_counter() - t0
+        # Bytes of the transformer checkpoint this process read (its own shards on several hosts).
+        pipe.load_stats = {"transformer_bytes_read": treader.bytes_read}
         return pipe
 
     # -- stages ----------------------------------------------------------
@@ -299,6 +347,7 @@ class WanPipeline:
             raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
         b = len(prompts)
         check_parallel(self.transformer_cfg, self.mesh, self.rules, batch=2 * b if guided else b)
+        lead = jax.process_index() == 0  # on several hosts only process 0 shows progress
         shape = (b, self.transformer_cfg.in_channels, (num_frames - 1) // VAE_SCALE_TEMPORAL + 1,
                  height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL)
         if latents is not None and tuple(latents.shape) != shape:
@@ -328,23 +377,28 @@ class WanPipeline:
 
         with _mesh_context(self.mesh):
             t0 = time.perf_counter()
-            t = self._to_mesh(jnp.zeros((b,), jnp.float32))[0]
-            compiled = self._step.lower(self.transformer_params, x, t, context, cos, sin, g, **step_args).compile()
+            t = self._to_mesh(np.zeros((b,), np.float32))[0]
+            if self.offload is None:
+                compiled = self._step.lower(self.transformer_params, x, t, context, cos, sin, g, **step_args).compile()
+            else:
+                compiled = self._compile_offloaded(x, t, context, cos, sin, g, guided)
+                metrics["offload"] = self._offload_metrics()
             metrics["compile_s"] = time.perf_counter() - t0
 
             step_times = []
-            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
+            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not (progress and lead)):
                 ts = time.perf_counter()
-                t = self._to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32))[0]
+                t = self._to_mesh(np.full((b,), state.timesteps[i], np.float32))[0]
                 noise_pred = compiled(self.transformer_params, x, t, context, cos, sin, g)
                 x, state = scheduler.step(state, noise_pred, x, i)
                 jax.block_until_ready(x)
                 step_times.append(time.perf_counter() - ts)
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
+        metrics.update(self.load_stats)
 
         t0 = time.perf_counter()
-        x = jax.device_put(x, aux_device)  # the VAE runs on one device
+        x = jax.device_put(_local(x), aux_device)  # the VAE runs on one device (of each process)
         video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
         video = np.asarray(video, np.float32)
         metrics["vae_decode_s"] = time.perf_counter() - t0
@@ -354,7 +408,7 @@ class WanPipeline:
         elif output_type != "float":
             raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
         metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        stats = jax.devices()[0].memory_stats() or {}
+        stats = jax.local_devices()[0].memory_stats() or {}
         if "peak_bytes_in_use" in stats:
             metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
         return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
@@ -363,9 +417,40 @@ class WanPipeline:
         """How many times the transformer step has been compiled by this pipeline."""
         return self._step._cache_size()
 
+    def _compile_offloaded(self, x, t, context, cos, sin, g, guided: bool):
+        """Compile the offloaded step ahead of time (:func:`compile_offloaded_step`).
+
+        Returns:
+          ``step(resident_params, x, t, context, cos, sin, g) -> noise_pred``, the same contract
+          as the compiled resident step; inside, the chunks stream from host memory
+          (:func:`vidax.models.wan.offload.run_stack`).
+        """
+        pro_c, chunk_c, epi_c = compile_offloaded_step(
+            self.transformer_params, self.offload.abstract_chunk(), x, t, context, cos, sin, g, cfg=self.transformer_cfg,
+            attention=self.attention, guided=guided, mesh=self.mesh, rules=self.rules)
+        stack, overlap = self.offload, self.offload_overlap
+
+        def step(params, x, t, context, cos, sin, g):
+            h, temb, temb6, ctx, cos_p, sin_p = pro_c(params, x, t, context, cos, sin)
+            h = wan_offload.run_stack(stack, chunk_c, h, ctx, temb6, cos_p, sin_p, overlap=overlap)
+            return epi_c(params, h, temb, g)
+
+        return step
+
+    def _offload_metrics(self) -> dict:
+        stack = self.offload
+        leaf = jax.tree.leaves(stack.chunks[0])[0]
+        return {"chunk": stack.plan.chunk, "chunks": stack.num_chunks, "padded_layers": stack.plan.padded_layers,
+                "overlap": self.offload_overlap, "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
+                "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy"}
+
     def _to_mesh(self, *arrays):
         """Step inputs onto the mesh: ``context`` (2B, ...) split over ``data`` where dp divides it
-        (the CFG halves), everything else replicated. Without a mesh: unchanged."""
+        (the CFG halves), everything else replicated. Without a mesh: unchanged.
+
+        On several hosts the mesh spans other processes' devices: every process passes the same
+        host value (NumPy), and ``device_put`` places this process's shards of it.
+        """
         if self.mesh is None:
             return arrays
         dp = axis_size(self.mesh, self.rules.mesh_axes("batch"))
@@ -373,7 +458,10 @@ class WanPipeline:
         for a in arrays:
             split = a.ndim == 3 and a.shape[0] % dp == 0 and dp > 1  # context (B', L, text_dim)
             spec = self.rules.spec(("batch", None, None)) if split else jax.sharding.PartitionSpec()
-            out.append(jax.device_put(a, jax.sharding.NamedSharding(self.mesh, spec)))
+            sharding = jax.sharding.NamedSharding(self.mesh, spec)
+            if not sharding.is_fully_addressable:
+                a = np.asarray(a)
+            out.append(jax.device_put(a, sharding))
         return tuple(out)
 
     def _parallel_metrics(self) -> dict:
@@ -383,6 +471,30 @@ class WanPipeline:
                      (("dp", "batch"), ("tp", "heads"), ("sp", "tokens"))}
         mode = sequence_mode(self.transformer_cfg.num_attention_heads // sizes["tp"], sizes["sp"]) if sizes["sp"] > 1 else None
         return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
+
+
+def _transformer_placement(cfg, mesh, plan: ChunkPlan | None):
+    """The loader's ``shardings`` for the transformer: resident shardings on the mesh (None: one
+    device), and with offloading host-memory :class:`~vidax.checkpoint.loader.LayerChunks` for the blocks."""
+    resident = None if mesh is None else WAN_RULES.sharding_fn(mesh)
+    if plan is None:
+        return resident
+    host = wan_offload.host_block_shardings(cfg, mesh, WAN_RULES, host_memory_kind())
+
+    def placement(path, spec):
+        if path.startswith("blocks/"):
+            return LayerChunks(host(path, spec), plan.chunk)
+        return None if resident is None else resident(path, spec)
+
+    return placement
+
+
+def _local(x):
+    """A single-device copy of a replicated array for code that runs per process (the VAE): on several
+    hosts the global array's local shard; otherwise the array itself."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x.addressable_data(0)
+    return x
 
 
 def _first_device(tree):
@@ -435,6 +547,71 @@ def _cfg_step(params, latents, timestep, context, cos, sin, guidance_scale, *, c
                    cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
     cond, uncond = jnp.split(both, 2)
     return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+
+
+def compile_offloaded_step(resident, chunk, x, t, context, cos, sin, g, *, cfg, attention, guided: bool, mesh=None,
+                           rules=WAN_RULES, compiler_options: dict | None = None):
+    """Compile the three pieces of an offloaded guided step ahead of time.
+
+    Args:
+      resident: the parameters outside ``"blocks"`` (arrays, or ``jax.ShapeDtypeStruct`` s with
+        shardings: the planner compiles without weights).
+      chunk: ``jax.ShapeDtypeStruct`` tree of one chunk of blocks in device memory
+        (:meth:`vidax.core.offload.OffloadedStack.abstract_chunk`), any number of layers; or a list
+        of such trees (the planner: one chunk function per chunk size, prologue and epilogue once).
+      x, t, context, cos, sin, g: the step inputs (arrays or abstract), as for :func:`_cfg_step`.
+      cfg, attention, guided, mesh, rules: as for :func:`_cfg_step`.
+      compiler_options: XLA options for the three compilations (the planner's, see
+        :func:`vidax.core.planner.compiler_options`).
+
+    Returns:
+      ``(prologue, chunk_fn, epilogue)`` compiled: ``prologue(resident, x, t, context, cos, sin) ->
+      (h, temb, temb6, ctx, cos_p, sin_p)``; ``chunk_fn(chunk, h, ctx, temb6, cos_p, sin_p) -> h``
+      (``h`` donated; the function :func:`vidax.models.wan.offload.chunk_function` names
+      ``_offload_chunk``; a list of them for a list of chunks); ``epilogue(resident, h, temb, g) ->
+      noise_pred`` float32 ``(B, C, T, H, W)``.
+    """
+    batch = x.shape[0] * (2 if guided else 1)
+    full_shape = (batch, *x.shape[1:])
+    io = wan_offload.io_shardings(mesh, rules)
+    names = ("x", "temb", "temb6", "ctx", "cos", "sin")
+    pro = jax.jit(_cfg_prologue, static_argnames=("cfg", "guided", "mesh", "rules"),
+                  out_shardings=tuple(io[n] for n in names))
+    pro_args = dict(cfg=cfg, guided=guided, mesh=mesh, rules=rules)
+    pro_c = pro.lower(resident, x, t, context, cos, sin, **pro_args).compile(compiler_options)
+    outs = jax.eval_shape(partial(pro, **pro_args), resident, x, t, context, cos, sin)
+    ab = {n: jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=io[n]) for n, o in zip(names, outs)}
+    run = wan_offload.chunk_function(cfg, attention, mesh, rules, num_tokens(cfg, full_shape))
+    chunk_c = [run.lower(c, ab["x"], ab["ctx"], ab["temb6"], ab["cos"], ab["sin"]).compile(compiler_options)
+               for c in (chunk if isinstance(chunk, list) else [chunk])]
+    chunk_c = chunk_c if isinstance(chunk, list) else chunk_c[0]
+    epi = jax.jit(_cfg_epilogue, static_argnames=("cfg", "latent_shape", "guided", "mesh"))
+    epi_c = epi.lower(resident, ab["x"], ab["temb"], g, cfg=cfg, latent_shape=full_shape, guided=guided,
+                      mesh=mesh).compile(compiler_options)
+    return pro_c, chunk_c, epi_c
+
+
+def _cfg_prologue(params, latents, timestep, context, cos, sin, *, cfg, guided, mesh=None, rules=WAN_RULES):
+    """The offloaded step before the blocks: CFG batch (as :func:`_cfg_step`) and the transformer's prologue.
+
+    Returns:
+      the inputs of the block loop for the batch of 2B (guided) or B:
+      ``x, temb, temb6, ctx, cos, sin`` (:func:`vidax.models.wan.transformer.forward_prologue`).
+    """
+    x = latents.astype(params["patch_embedding"]["kernel"].dtype)
+    if guided:
+        x, timestep = jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep])
+    check_parallel(cfg, mesh, rules, x.shape[0])
+    return forward_prologue(params, x, timestep, context, cos, sin, cfg=cfg, mesh=mesh, rules=rules)
+
+
+def _cfg_epilogue(params, x, temb, guidance_scale, *, cfg, latent_shape, guided, mesh=None):
+    """The offloaded step after the blocks: the transformer's head, then the CFG combination (as :func:`_cfg_step`)."""
+    out = forward_epilogue(params, x, temb, cfg=cfg, latent_shape=latent_shape)
+    if guided:
+        cond, uncond = jnp.split(out, 2)
+        out = uncond + guidance_scale * (cond - uncond)
+    return _replicated(out, mesh)
 
 
 def _replicated(x, mesh):

@@ -33,13 +33,17 @@ from jax.sharding import Mesh, NamedSharding
 
 from vidax.core.attention import AttentionImpl, attention, resolve_implementation
 from vidax.core.embeddings import patch_embed, timestep_embedding, unpatchify
-from vidax.core.layers import gelu_tanh, layer_norm, linear
+from vidax.core.layers import gelu, gelu_tanh, layer_norm, linear
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
 from vidax.core.params import ParamSpec, SpecTree
 from vidax.core.rope import apply_rope_interleaved, rope_3d_angles, rope_cos_sin
 from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
+
+#: Text tokens of the cross-attention context when image tokens precede them (I2V). diffusers'
+#: ``WanAttnProcessor`` takes everything before the last 512 tokens as image tokens.
+TEXT_CONTEXT_LEN = 512
 
 
 def _linear_spec(n_in: int, n_out: int, axes: tuple, *, layers: int | None = None, fp32: bool = False) -> dict:
@@ -52,9 +56,13 @@ def _linear_spec(n_in: int, n_out: int, axes: tuple, *, layers: int | None = Non
 
 
 def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
-    """The spec tree of a Wan2.1 transformer: every parameter's shape, fp32 pin and logical axes.
+    """The spec tree of a Wan transformer: every parameter's shape, fp32 pin and logical axes.
 
     Blocks are stacked: each block parameter leads with a ``layers`` axis of size ``num_layers``.
+    Image-to-video configurations (``image_dim`` set: Wan2.1 I2V / FLF2V) add the image embedder
+    (``condition_embedder/image_embedder``, float32 like the other condition embedders; FLF2V also
+    its ``pos_embed``) and per block the image keys/values of cross-attention
+    (``attn2/add_k_proj``, ``attn2/add_v_proj``, ``attn2/norm_added_k``).
     """
     d, L = cfg.dim, cfg.num_layers
     pt, ph, pw = cfg.patch_size
@@ -83,7 +91,11 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
             "scale": ParamSpec((L, d), fp32=True, axes=("layers", "embed")),
             "bias": ParamSpec((L, d), fp32=True, axes=("layers", "embed")),
         }
-    return {
+    if cfg.added_kv_proj_dim is not None:
+        blocks["attn2"]["add_k_proj"] = _linear_spec(d, d, ("embed", "heads"), layers=L)
+        blocks["attn2"]["add_v_proj"] = _linear_spec(d, d, ("embed", "heads"), layers=L)
+        blocks["attn2"]["norm_added_k"] = {"scale": ParamSpec((L, d), fp32=True, axes=("layers", "heads"))}
+    specs = {
         "patch_embedding": {
             "kernel": ParamSpec((pt, ph, pw, cfg.in_channels, d), axes=(None, None, None, None, "embed")),
             "bias": ParamSpec((d,), axes=("embed",)),
@@ -103,6 +115,22 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
         "proj_out": _linear_spec(d, cfg.out_channels * pt * ph * pw, ("embed", None)),
         "scale_shift_table": ParamSpec((1, 2, d), fp32=True, axes=(None, None, "embed")),
     }
+    if cfg.image_dim is not None:
+        specs["condition_embedder"]["image_embedder"] = _image_embedder_specs(cfg)
+    return specs
+
+
+def _image_embedder_specs(cfg: WanTransformerConfig) -> dict:
+    """diffusers ``WanImageEmbedding``: LayerNorm, GELU MLP (image_dim -> image_dim -> dim), LayerNorm."""
+    e, d = cfg.image_dim, cfg.dim
+    out = {
+        "norm1": {"scale": ParamSpec((e,), fp32=True, axes=(None,)), "bias": ParamSpec((e,), fp32=True, axes=(None,))},
+        "ff": {"up": _linear_spec(e, e, (None, None), fp32=True), "down": _linear_spec(e, d, (None, "embed"), fp32=True)},
+        "norm2": {"scale": ParamSpec((d,), fp32=True, axes=("embed",)), "bias": ParamSpec((d,), fp32=True, axes=("embed",))},
+    }
+    if cfg.pos_embed_seq_len is not None:
+        out["pos_embed"] = ParamSpec((1, cfg.pos_embed_seq_len, e), fp32=True, axes=(None, None, None))
+    return out
 
 
 def rope_tables(cfg: WanTransformerConfig, latent_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -152,11 +180,37 @@ def _cross_attention(p, x, context, cfg, impl, par):
     # for its own heads.
     b, s, _ = x.shape
     hd = cfg.attention_head_dim
+    image = None
+    if "add_k_proj" in p:
+        # I2V: image tokens first, then the text (diffusers WanAttnProcessor splits at shape[1] - 512).
+        n_image = context.shape[1] - TEXT_CONTEXT_LEN
+        image, context = context[:, :n_image], context[:, n_image:]
     q = par.rms_norm(linear(p["to_q"], x), p["norm_q"], cfg.dim, cfg.eps).reshape(b, s, -1, hd)
     k = par.rms_norm(linear(p["to_k"], context), p["norm_k"], cfg.dim, cfg.eps).reshape(b, context.shape[1], -1, hd)
     v = linear(p["to_v"], context).reshape(b, context.shape[1], -1, hd)
     o = attention(q, k, v, implementation=impl)
+    if image is not None:
+        # Separate attention over the image keys/values (column-parallel like k/v; norm_added_k across heads),
+        # added before the shared output projection.
+        ki = par.rms_norm(linear(p["add_k_proj"], image), p["norm_added_k"], cfg.dim, cfg.eps)
+        vi = linear(p["add_v_proj"], image).reshape(b, image.shape[1], -1, hd)
+        o = o + attention(q, ki.reshape(b, image.shape[1], -1, hd), vi, implementation=impl)
     return par.row_linear(p["to_out"], o.reshape(b, s, -1))
+
+
+def _modulation(table: jax.Array, temb: jax.Array, n: int) -> list[jax.Array]:
+    """AdaLN pieces ``table + temb``, each broadcastable to ``(B, S, D)``, in float32.
+
+    ``temb`` per sample ``(B, n, D)`` gives ``n`` arrays ``(B, 1, D)``; per token ``(B, S, n, D)``
+    (Wan2.2 ``expand_timesteps``: diffusers ``temb.ndim == 4``) gives ``n`` arrays ``(B, S, D)``.
+    ``table``: ``(1, n, D)``.
+    """
+    table = table.astype(jnp.float32)
+    if temb.ndim == 3:
+        mod = table + temb
+        return [mod[:, i : i + 1] for i in range(n)]
+    mod = table[None] + temb
+    return [mod[:, :, i] for i in range(n)]
 
 
 def block(p: dict, x: jax.Array, context: jax.Array, temb6: jax.Array, cos, sin, cfg: WanTransformerConfig, impl,
@@ -171,8 +225,9 @@ def block(p: dict, x: jax.Array, context: jax.Array, temb6: jax.Array, cos, sin,
       p: one block's parameters (no ``layers`` axis); q/k/v, FFN-up and QK-norm scales hold
         this shard's ``1/tp`` of the features, ``to_out``/FFN-down kernels ``1/tp`` of their rows.
       x: float32 residual stream ``(B, S/sp, D)``.
-      context: text tokens after the text embedder ``(B, L, D)``, compute dtype (not split).
-      temb6: float32 ``(B, 6, D)`` time projection.
+      context: text tokens after the text embedder ``(B, L, D)``, compute dtype (not split); for
+        image-to-video configurations the image embedder's tokens come first, then 512 text tokens.
+      temb6: float32 ``(B, 6, D)`` time projection, or ``(B, S/sp, 6, D)`` per token.
       cos, sin: RoPE tables ``(S/sp, head_dim/2)`` for this shard's tokens.
       cfg: the architecture.
       impl: attention implementation.
@@ -183,8 +238,8 @@ def block(p: dict, x: jax.Array, context: jax.Array, temb6: jax.Array, cos, sin,
       float32 ``(B, S/sp, D)``.
     """
     dtype = p["attn1"]["to_q"]["kernel"].dtype
-    mod = p["scale_shift_table"].astype(jnp.float32) + temb6  # (B, 6, D)
-    shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = (mod[:, i : i + 1] for i in range(6))
+    # temb6 (B, 6, D) per sample, or (B, S/sp, 6, D) per token (split over sequence with x).
+    shift_msa, scale_msa, gate_msa, c_shift, c_scale, c_gate = _modulation(p["scale_shift_table"], temb6, 6)
 
     with jax.named_scope("self_attention"):
         h = (layer_norm(x, None, cfg.eps) * (1 + scale_msa) + shift_msa).astype(dtype)
@@ -200,41 +255,79 @@ def block(p: dict, x: jax.Array, context: jax.Array, temb6: jax.Array, cos, sin,
     return x
 
 
-def condition_embedding(p: dict, cfg: WanTransformerConfig, timestep: jax.Array, context: jax.Array):
-    """Time and text embeddings (diffusers ``WanTimeTextImageEmbedding``).
+def condition_embedding(p: dict, cfg: WanTransformerConfig, timestep: jax.Array, context: jax.Array,
+                        image_context: jax.Array | None = None):
+    """Time, text and image embeddings (diffusers ``WanTimeTextImageEmbedding``).
 
     Args:
-      timestep: ``(B,)`` timesteps in ``[0, 1000]``, converted to float32.
+      timestep: ``(B,)`` timesteps in ``[0, 1000]``, or ``(B, S)`` one per token (Wan2.2
+        ``expand_timesteps``); converted to float32.
       context: ``(B, L, text_dim)`` text encoder output.
+      image_context: ``(B, L_img, image_dim)`` CLIP hidden states (image-to-video configurations), or None.
 
     Returns:
-      ``temb`` float32 ``(B, D)``, ``temb6`` float32 ``(B, 6, D)``, projected context float32 ``(B, L, D)``.
+      ``temb`` float32 ``(B, D)`` (per token ``(B, S, D)``), ``temb6`` float32 ``(B, 6, D)`` (per token
+      ``(B, S, 6, D)``), projected context float32 ``(B, L, D)`` (with image tokens: ``(B, L_img + L, D)``,
+      image first, as diffusers concatenates them).
     """
-    t_freq = timestep_embedding(timestep, cfg.freq_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
+    t_freq = timestep_embedding(timestep.reshape(-1), cfg.freq_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
+    t_freq = t_freq.reshape(*timestep.shape, cfg.freq_dim)
     te = p["time_embedder"]
     temb = linear(te["linear_2"], jax.nn.silu(linear(te["linear_1"], t_freq, jnp.float32)), jnp.float32)
-    temb6 = linear(p["time_proj"], jax.nn.silu(temb), jnp.float32).reshape(temb.shape[0], 6, cfg.dim)
+    temb6 = linear(p["time_proj"], jax.nn.silu(temb), jnp.float32).reshape(*temb.shape[:-1], 6, cfg.dim)
     tx = p["text_embedder"]
     ctx = linear(tx["linear_2"], gelu_tanh(linear(tx["linear_1"], context, jnp.float32)), jnp.float32)
+    if image_context is not None:
+        ctx = jnp.concatenate([image_embedding(p["image_embedder"], cfg, image_context), ctx], axis=1)
     return temb, temb6, ctx
 
 
-def embed_inputs(params: dict, latents: jax.Array, timestep: jax.Array, context: jax.Array, cfg: WanTransformerConfig):
+def image_embedding(p: dict, cfg: WanTransformerConfig, image_context: jax.Array) -> jax.Array:
+    """diffusers ``WanImageEmbedding``: ``LayerNorm -> Linear -> GELU(erf) -> Linear -> LayerNorm``.
+
+    FLF2V (``pos_embed_seq_len`` set) adds a learned position embedding over the first and last
+    frame's tokens first; diffusers views its ``(2B, 257, e)`` input as ``(B, 514, e)``, here the
+    caller passes ``(B, 514, e)`` directly (first frame's tokens, then the last frame's).
+
+    Args:
+      image_context: ``(B, L_img, image_dim)``, any float dtype.
+
+    Returns:
+      float32 ``(B, L_img, D)``.
+
+    Raises:
+      ValueError: FLF2V with ``L_img`` other than ``pos_embed_seq_len``.
+    """
+    x = image_context.astype(jnp.float32)
+    if "pos_embed" in p:
+        if x.shape[1] != p["pos_embed"].shape[1]:
+            raise ValueError(f"FLF2V image context has {x.shape[1]} tokens; the model's pos_embed expects "
+                             f"{p['pos_embed'].shape[1]} (first and last frame)")
+        x = x + p["pos_embed"].astype(jnp.float32)
+    # FP32LayerNorm's default eps (1e-5), not the transformer's.
+    x = layer_norm(x, p["norm1"], 1e-5)
+    x = linear(p["ff"]["down"], gelu(linear(p["ff"]["up"], x, jnp.float32)), jnp.float32)
+    return layer_norm(x, p["norm2"], 1e-5)
+
+
+def embed_inputs(params: dict, latents: jax.Array, timestep: jax.Array, context: jax.Array, cfg: WanTransformerConfig,
+                 image_context: jax.Array | None = None):
     """The stages before the blocks: patch embedding and condition embedding.
 
     Args:
       params: the full parameter tree.
-      latents: ``(B, in_channels, T, H, W)``; timestep ``(B,)``; context ``(B, L, text_dim)``.
+      latents: ``(B, in_channels, T, H, W)``; timestep ``(B,)`` or per token ``(B, S)``; context
+        ``(B, L, text_dim)``; image_context ``(B, L_img, image_dim)`` or None.
 
     Returns:
-      ``x`` float32 ``(B, S, D)`` tokens, ``temb`` float32 ``(B, D)``, ``temb6`` float32 ``(B, 6, D)``,
-      ``ctx`` ``(B, L, D)`` in the compute dtype.
+      ``x`` float32 ``(B, S, D)`` tokens, ``temb`` float32 ``(B, D)`` / ``(B, S, D)``, ``temb6`` float32
+      ``(B, 6, D)`` / ``(B, S, 6, D)``, ``ctx`` ``(B, [L_img +] L, D)`` in the compute dtype.
     """
     dtype = params["patch_embedding"]["kernel"].dtype
     with jax.named_scope("patch_embedding"):
         x = patch_embed(params["patch_embedding"], latents, cfg.patch_size).astype(jnp.float32)
     with jax.named_scope("condition_embedder"):
-        temb, temb6, ctx = condition_embedding(params["condition_embedder"], cfg, timestep, context)
+        temb, temb6, ctx = condition_embedding(params["condition_embedder"], cfg, timestep, context, image_context)
     return x, temb, temb6, ctx.astype(dtype)
 
 
@@ -278,7 +371,7 @@ def run_blocks(
       blocks: stacked block parameters, each leaf leading with a ``layers`` axis (any length).
       x: float32 ``(B, S_pad, D)``, ``S_pad`` divisible by sp (see :func:`pad_tokens`).
       ctx: ``(B, L, D)`` projected text, compute dtype.
-      temb6: float32 ``(B, 6, D)``.
+      temb6: float32 ``(B, 6, D)``, or per token ``(B, S_pad, 6, D)`` (split over ``sequence`` like ``x``).
       cos, sin: float32 ``(S_pad, head_dim/2)``.
       cfg: the architecture (static).
       attention_impl: see :mod:`vidax.core.attention`; kernels run per shard.
@@ -309,10 +402,9 @@ def run_blocks(
     sp = axis_size(mesh, rules.mesh_axes("tokens"))
     ulysses = sequence_mode(cfg.num_attention_heads // tp, sp) == "ulysses"
     par = ShardContext(tensor=rules.mesh_axes("heads"), sequence=rules.mesh_axes("tokens"), ulysses=ulysses)
-    tokens = rules.spec(("batch", "tokens", "embed"))
-    per_sample = rules.spec(("batch", None, "embed"))
-    table = rules.spec(("tokens", None))
-    in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], tokens, per_sample, per_sample, table, table)
+    io = block_io_specs(rules, per_token=temb6.ndim == 4)
+    tokens = io["x"]
+    in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], tokens, io["ctx"], io["temb6"], io["cos"], io["sin"])
     # Pallas and cuDNN calls carry no varying-manual-axes types; the einsum paths keep the check.
     kernel = resolve_implementation(impl) in (AttentionImpl.CUDNN, AttentionImpl.SPLASH)
     fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=tokens, check_vma=not kernel)
@@ -323,14 +415,16 @@ def output_head(params: dict, x: jax.Array, temb: jax.Array, grid: tuple[int, in
     """The stages after the blocks: AdaLN head, projection, unpatchify.
 
     Args:
-      x: float32 ``(B, S, D)`` (padding removed); temb: float32 ``(B, D)``; grid: ``(T', H', W')`` tokens.
+      x: float32 ``(B, S, D)`` (padding removed); temb: float32 ``(B, D)``, or ``(B, S, D)`` per token;
+        grid: ``(T', H', W')`` tokens.
 
     Returns:
       float32 ``(B, out_channels, T, H, W)``.
     """
     dtype = params["patch_embedding"]["kernel"].dtype
     with jax.named_scope("head"):
-        shift, scale = (params["scale_shift_table"] + temb[:, None, :]).swapaxes(0, 1)[:, :, None, :]
+        # temb (B, D) per sample, (B, S, D) per token.
+        shift, scale = _modulation(params["scale_shift_table"], temb[..., None, :] if temb.ndim == 3 else temb[:, None, :], 2)
         x = (layer_norm(x, None, cfg.eps) * (1 + scale) + shift).astype(dtype)
         x = linear(params["proj_out"], x, jnp.float32)
     return unpatchify(x, grid, cfg.patch_size, cfg.out_channels)
@@ -349,6 +443,7 @@ def forward(
     attention_impl: AttentionImpl | str = AttentionImpl.XLA,
     mesh: Mesh | None = None,
     rules: ShardingRules = WAN_RULES,
+    image_context: jax.Array | None = None,
 ) -> jax.Array:
     """Predict the flow (velocity) for a batch of video latents.
 
@@ -360,32 +455,123 @@ def forward(
       params: parameter tree of :func:`transformer_specs` (on a mesh: placed with
         ``rules.param_shardings(transformer_specs(cfg), mesh)``).
       latents: ``(B, in_channels, T, H, W)`` latent video (any float dtype).
-      timestep: ``(B,)`` timesteps in ``[0, 1000]`` (float32).
-      context: ``(B, L, text_dim)`` text encoder states (L = 512 for Wan).
+      timestep: ``(B,)`` timesteps in ``[0, 1000]`` (float32), or ``(B, S)`` one per token (Wan2.2
+        ``expand_timesteps``; S = :func:`num_tokens`; per-token AdaLN in every block and the head).
+      context: ``(B, L, text_dim)`` text encoder states (L = 512 for Wan; exactly 512 with images).
       cos, sin: RoPE tables from :func:`rope_tables` for this latent shape.
       cfg: the architecture (static).
       attention_impl: attention implementation (static), see :mod:`vidax.core.attention`.
       mesh: a :func:`vidax.core.sharding.make_mesh` mesh (static), or None for one device.
       rules: sharding rules (static), default :data:`vidax.models.wan.sharding.WAN_RULES`.
+      image_context: ``(B, L_img, image_dim)`` CLIP penultimate hidden states for image-to-video
+        configurations (``cfg.image_dim`` set; L_img = 257, or 514 for FLF2V: first then last frame),
+        else None.
 
     Returns:
       float32 ``(B, out_channels, T, H, W)``.
 
     Raises:
-      ValueError: a mesh the model cannot use (see :func:`vidax.models.wan.sharding.check_parallel`).
+      ValueError: a mesh the model cannot use (see :func:`vidax.models.wan.sharding.check_parallel`);
+        image context missing for an I2V model or given to a T2V model; a per-token timestep of the
+        wrong length.
     """
     check_parallel(cfg, mesh, rules, latents.shape[0])
-    grid = _grid(cfg, latents.shape)
-    if mesh is not None:
-        latents = jax.lax.with_sharding_constraint(
-            latents, NamedSharding(mesh, rules.spec(("batch",) + (None,) * (latents.ndim - 1))))
-    x, temb, temb6, ctx = embed_inputs(params, latents, timestep, context, cfg)
-    sp = axis_size(mesh, rules.mesh_axes("tokens"))
-    x, cos, sin, s = pad_tokens(x, cos, sin, sp)
+    check_conditioning(cfg, latents.shape, timestep.shape, context.shape,
+                       None if image_context is None else image_context.shape)
+    x, temb, temb6, ctx, cos, sin = forward_prologue(params, latents, timestep, context, cos, sin, cfg=cfg,
+                                                     mesh=mesh, rules=rules, image_context=image_context)
+    s = num_tokens(cfg, latents.shape)
     with jax.named_scope("blocks"):
         x = run_blocks(params["blocks"], x, ctx, temb6, cos, sin, cfg=cfg, attention_impl=attention_impl,
                        mesh=mesh, rules=rules, valid_tokens=s)
-    return output_head(params, x[:, :s], temb, grid, cfg)
+    return forward_epilogue(params, x, temb, cfg=cfg, latent_shape=latents.shape)
+
+
+def forward_prologue(params: dict, latents: jax.Array, timestep: jax.Array, context: jax.Array, cos: jax.Array,
+                     sin: jax.Array, *, cfg: WanTransformerConfig, mesh: Mesh | None = None,
+                     rules: ShardingRules = WAN_RULES, image_context: jax.Array | None = None):
+    """Everything :func:`forward` does before the blocks: :func:`embed_inputs` and :func:`pad_tokens`.
+
+    Uses only the parameters outside ``params["blocks"]`` (an offloaded forward passes the
+    resident parameters alone).
+
+    Returns:
+      ``x`` float32 ``(B, S_pad, D)``, ``temb`` float32 ``(B, D)``, ``temb6`` float32 ``(B, 6, D)``,
+      ``ctx`` ``(B, L, D)`` compute dtype, ``cos, sin`` float32 ``(S_pad, head_dim / 2)``, with
+      ``S_pad`` the token count padded to a multiple of sp: the inputs of :func:`run_blocks`.
+    """
+    if mesh is not None:
+        latents = jax.lax.with_sharding_constraint(
+            latents, NamedSharding(mesh, rules.spec(("batch",) + (None,) * (latents.ndim - 1))))
+    x, temb, temb6, ctx = embed_inputs(params, latents, timestep, context, cfg, image_context)
+    sp = axis_size(mesh, rules.mesh_axes("tokens"))
+    x, cos, sin, _ = pad_tokens(x, cos, sin, sp)
+    if temb6.ndim == 4:  # per-token timesteps: padded with the tokens (padded rows are cut after the blocks)
+        temb6 = pad_axis(temb6, 1, x.shape[1])
+    return x, temb, temb6, ctx, cos, sin
+
+
+def forward_epilogue(params: dict, x: jax.Array, temb: jax.Array, *, cfg: WanTransformerConfig,
+                     latent_shape: tuple[int, ...]) -> jax.Array:
+    """Everything :func:`forward` does after the blocks: padding removed, :func:`output_head`.
+
+    Args:
+      x: float32 ``(B, S_pad, D)`` from :func:`run_blocks`; temb: float32 ``(B, D)``.
+      latent_shape: the input latents' shape ``(B, C, T, H, W)`` (static).
+
+    Returns:
+      float32 ``(B, out_channels, T, H, W)``.
+    """
+    s = num_tokens(cfg, latent_shape)
+    return output_head(params, x[:, :s], temb, _grid(cfg, latent_shape), cfg)
+
+
+def block_io_specs(rules: ShardingRules = WAN_RULES, per_token: bool = False) -> dict:
+    """``PartitionSpec`` of each :func:`run_blocks` input and of ``temb`` on a mesh.
+
+    ``per_token`` (Wan2.2 per-token timesteps): ``temb6`` ``(B, S_pad, 6, D)`` is split over
+    ``sequence`` like the tokens, ``P(data, sequence, None, None)``, and ``temb`` ``(B, S, D)``
+    is ``P(data, None, None)``.
+
+    Returns:
+      ``{"x": P(data, sequence, None), "ctx", "temb6": P(data, None, None), "temb": P(data, None),
+      "cos", "sin": P(sequence, None)}`` under :data:`WAN_RULES` (what ``run_blocks``' ``shard_map``
+      takes, so a chunked block loop keeps one sharding from chunk to chunk).
+    """
+    tokens = rules.spec(("batch", "tokens", "embed"))
+    per_sample = rules.spec(("batch", None, "embed"))
+    table = rules.spec(("tokens", None))
+    if per_token:
+        return {"x": tokens, "ctx": per_sample, "temb6": rules.spec(("batch", "tokens", None, "embed")),
+                "temb": per_sample, "cos": table, "sin": table}
+    return {"x": tokens, "ctx": per_sample, "temb6": per_sample, "temb": rules.spec(("batch", "embed")),
+            "cos": table, "sin": table}
+
+
+def check_conditioning(cfg: WanTransformerConfig, latent_shape: tuple[int, ...], timestep_shape: tuple[int, ...],
+                       context_shape: tuple[int, ...], image_context_shape: tuple[int, ...] | None) -> None:
+    """Check the conditioning inputs of :func:`forward` against the configuration (shapes only).
+
+    Raises:
+      ValueError: an I2V model (``cfg.image_dim``) without image context, or with a text context
+        other than :data:`TEXT_CONTEXT_LEN` tokens, or an image width other than ``image_dim``; image
+        context for a model without an image embedder; a timestep neither ``(B,)`` nor ``(B, S)``.
+    """
+    b = latent_shape[0]
+    if cfg.has_image_input:
+        if image_context_shape is None:
+            raise ValueError("this Wan transformer is image-conditioned (image_dim set): pass image_context "
+                             "(CLIP hidden states)")
+        if image_context_shape[0] != b or image_context_shape[-1] != cfg.image_dim:
+            raise ValueError(f"image_context has shape {tuple(image_context_shape)}, expected ({b}, L_img, {cfg.image_dim})")
+        if context_shape[1] != TEXT_CONTEXT_LEN:
+            raise ValueError(f"with image context the text context must have {TEXT_CONTEXT_LEN} tokens (the reference "
+                             f"splits image from text tokens by that count), got {context_shape[1]}")
+    elif image_context_shape is not None:
+        raise ValueError("image_context given, but this Wan transformer has no image embedder (image_dim is null)")
+    s = num_tokens(cfg, latent_shape)
+    if tuple(timestep_shape) not in ((b,), (b, s)):
+        raise ValueError(f"timestep has shape {tuple(timestep_shape)}; expected ({b},) or per token ({b}, {s})")
 
 
 def num_tokens(cfg: WanTransformerConfig, latent_shape: tuple[int, ...]) -> int:

@@ -33,13 +33,18 @@ Precision
     float32; the RMS norms compute in float32. The ``jax_default_matmul_precision``
     setting applies (tests use ``"highest"`` for fp32 parity).
 
-Extending to Wan2.2 (``is_residual=True``, ``patch_size=2``, 48 latent channels)
-    The block structure is described once by :func:`_encoder_plan` /
-    :func:`_decoder_plan`, and consumed by both the parameter declaration
-    (:func:`_declare`) and the forward functions. Wan2.2 adds block kinds
-    (``WanResidualDownBlock`` with an ``AvgDown3D`` shortcut, ``WanResidualUpBlock``
-    with a ``DupUp3D`` shortcut that uses the first-chunk flag) and (un)patchify around
-    the chunk functions; :class:`WanVAEConfig` currently rejects those settings.
+Wan2.2 (``is_residual=True``, ``patch_size=2``, 48 latent channels; the TI2V-5B VAE)
+    The block structure is described once by :func:`_encoder_plan` / :func:`_decoder_plan`, and
+    consumed by both the parameter declaration (:func:`_declare`) and the forward functions.
+    Wan2.2 has one block per resolution stage: ``WanResidualDownBlock`` (residual blocks, then the
+    down-sampler, plus an ``AvgDown3D`` shortcut: channel-grouped mean over 2x2(x2) pixel(-frame)
+    neighbourhoods, zero-padding time in front within the chunk) and ``WanResidualUpBlock``
+    (residual blocks, an up-sampler that keeps the channel count, plus a ``DupUp3D`` shortcut that
+    repeats channels into 2x2(x2) neighbourhoods and, on the first chunk, drops the frame that
+    temporal up-sampling adds). Video is patchified (2x2 pixels into channels, the reference's
+    ``(c, p_w, p_h)`` channel order) inside :func:`encode_chunk` and unpatchified inside
+    :func:`decode_chunk`, so the encoder sees ``in_channels = 12`` and the decoder emits
+    ``out_channels = 12``; 16x spatial compression in all.
 """
 
 from __future__ import annotations
@@ -99,8 +104,10 @@ class WanVAEConfig:
         reference's spelling). The decoder uses it reversed.
       dropout: training only; ignored.
       latents_mean, latents_std: per-channel latent statistics (``z_dim`` entries each).
-      is_residual, patch_size: Wan2.2 settings; only ``False`` / ``None`` are supported.
-      in_channels, out_channels: video channels (3).
+      is_residual: Wan2.2 residual down/up blocks (see the module docstring).
+      patch_size: Wan2.2 pixel patchify (2), or None.
+      in_channels, out_channels: channels of the encoder input / decoder output: the video's 3,
+        times ``patch_size ** 2`` when patchified (12 for Wan2.2).
     """
 
     base_dim: int = 96
@@ -126,16 +133,17 @@ class WanVAEConfig:
         object.__setattr__(self, "latents_mean", tuple(float(v) for v in self.latents_mean))
         object.__setattr__(self, "latents_std", tuple(float(v) for v in self.latents_std))
         object.__setattr__(self, "attn_scales", tuple(float(v) for v in self.attn_scales))
-        if self.is_residual:
-            raise ValueError(
-                "WanVAEConfig: is_residual=True (the Wan2.2 VAE with residual up/down blocks) is not supported yet; "
-                "only the Wan2.1 VAE (is_residual=False) is implemented"
-            )
+        object.__setattr__(self, "is_residual", bool(self.is_residual))
         if self.patch_size is not None:
-            raise ValueError(
-                f"WanVAEConfig: patch_size={self.patch_size} (the Wan2.2 VAE's patchify) is not supported yet; "
-                "only patch_size=None (Wan2.1) is implemented"
-            )
+            if int(self.patch_size) != self.patch_size or self.patch_size < 1:
+                raise ValueError(f"WanVAEConfig: patch_size must be a positive integer or null, got {self.patch_size!r}")
+            object.__setattr__(self, "patch_size", int(self.patch_size))
+            p2 = self.patch_size ** 2
+            if self.in_channels % p2 or self.out_channels % p2:
+                raise ValueError(
+                    f"WanVAEConfig: with patch_size={self.patch_size}, in_channels ({self.in_channels}) and out_channels "
+                    f"({self.out_channels}) must be multiples of {p2} (video channels x patch_size^2)"
+                )
         if self.attn_scales:
             raise ValueError(
                 f"WanVAEConfig: attn_scales={list(self.attn_scales)} is not supported (only [] is; the diffusers "
@@ -161,7 +169,7 @@ class WanVAEConfig:
         if any(s == 0 for s in self.latents_std):
             raise ValueError("WanVAEConfig: latents_std has a zero entry")
         dec = self.decoder_dim
-        if self.dim_mult[-1] * dec % 2 or any(dec * m % 2 for m in self.dim_mult):
+        if not self.is_residual and (self.dim_mult[-1] * dec % 2 or any(dec * m % 2 for m in self.dim_mult)):
             raise ValueError(f"WanVAEConfig: decoder channel counts must be even, got base {dec}, dim_mult {self.dim_mult}")
 
     @classmethod
@@ -196,8 +204,13 @@ class WanVAEConfig:
 
     @property
     def spatial_compression(self) -> int:
-        """Pixels per latent pixel along H and W (8 for Wan2.1)."""
-        return 2 ** (len(self.dim_mult) - 1)
+        """Pixels per latent pixel along H and W: 8 for Wan2.1, 16 for Wan2.2 (8 x the 2x2 patchify)."""
+        return 2 ** (len(self.dim_mult) - 1) * (self.patch_size or 1)
+
+    @property
+    def video_channels(self) -> int:
+        """Channels of the video itself (3): ``in_channels / patch_size^2``."""
+        return self.in_channels // (self.patch_size or 1) ** 2
 
 
 #: The Wan2.1 VAE as the original release hard-codes it (``wan/modules/vae.py``: ``_video_vae``
@@ -220,10 +233,17 @@ def _encoder_plan(cfg: WanVAEConfig) -> tuple[list[tuple[str, int, int]], int]:
 
     kinds: ``"res"`` (WanResidualBlock), ``"down2d"`` / ``"down3d"`` (WanResample). (The
     reference would add ``WanAttentionBlock`` s for ``attn_scales``; rejected by the config.)
+    Wan2.2 (``is_residual``): one ``("resdown", in_dim, out_dim, mode)`` per stage
+    (``WanResidualDownBlock``; ``mode`` ``"down3d"`` / ``"down2d"`` / None for the last stage).
     """
     dims = [cfg.base_dim * m for m in (1, *cfg.dim_mult)]
-    plan: list[tuple[str, int, int]] = []
+    plan: list[tuple] = []
     last = len(cfg.dim_mult) - 1
+    if cfg.is_residual:
+        for i in range(len(cfg.dim_mult)):
+            mode = None if i == last else ("down3d" if cfg.temperal_downsample[i] else "down2d")
+            plan.append(("resdown", dims[i], dims[i + 1], mode))
+        return plan, dims[-1]
     for i in range(len(cfg.dim_mult)):
         cin, cout = dims[i], dims[i + 1]
         for _ in range(cfg.num_res_blocks):
@@ -238,14 +258,15 @@ def _decoder_plan(cfg: WanVAEConfig) -> tuple[list[tuple[int, int, int, str | No
     """``decoder.up_blocks`` as ``[(in_dim, out_dim, n_resnets, upsample_mode)]`` and the mid width.
 
     upsample_mode: ``"up3d"``, ``"up2d"`` or ``None``. In Wan2.1 an upsampler halves the
-    channels, so every stage after the first starts from half the previous width.
+    channels, so every stage after the first starts from half the previous width; in Wan2.2
+    (``is_residual``) it keeps them, and each stage with an upsampler has a ``DupUp3D`` shortcut.
     """
     dims = [cfg.decoder_dim * m for m in (cfg.dim_mult[-1], *cfg.dim_mult[::-1])]
     temporal_up = cfg.temperal_downsample[::-1]
     last = len(cfg.dim_mult) - 1
     plan = []
     for i in range(len(cfg.dim_mult)):
-        cin = dims[i] if i == 0 else dims[i] // 2
+        cin = dims[i] if i == 0 or cfg.is_residual else dims[i] // 2
         mode = None if i == last else ("up3d" if temporal_up[i] else "up2d")
         plan.append((cin, dims[i + 1], cfg.num_res_blocks + 1, mode))
     return plan, dims[0]
@@ -305,9 +326,10 @@ class _Declaration:
         self.conv2d(f"{key}.to_qkv", f"{orig}.to_qkv", dim, 3 * dim, 1)
         self.conv2d(f"{key}.proj", f"{orig}.proj", dim, dim, 1)
 
-    def resample(self, key: str, orig: str, dim: int, mode: str):
+    def resample(self, key: str, orig: str, dim: int, mode: str, up_out: int | None = None):
         if mode in ("up2d", "up3d"):
-            self.conv2d(f"{key}.resample.1", f"{orig}.resample.1", dim, dim // 2, 3)
+            # Wan2.1 upsamplers halve the channels; Wan2.2's keep them (upsample_out_dim=out_dim).
+            self.conv2d(f"{key}.resample.1", f"{orig}.resample.1", dim, dim // 2 if up_out is None else up_out, 3)
             if mode == "up3d":
                 self.conv3d(f"{key}.time_conv", f"{orig}.time_conv", dim, 2 * dim, (3, 1, 1))
         elif mode in ("down2d", "down3d"):
@@ -329,10 +351,15 @@ def _declare(cfg: WanVAEConfig) -> _Declaration:
     d = _Declaration()
     enc_plan, enc_mid = _encoder_plan(cfg)
     d.conv3d("encoder.conv_in", "encoder.conv1", cfg.in_channels, cfg.base_dim, (3, 3, 3))
-    for j, (kind, cin, cout) in enumerate(enc_plan):
+    for j, (kind, cin, cout, *rest) in enumerate(enc_plan):
         # The original encoder.downsamples is the same flat Sequential as diffusers' down_blocks.
         key, orig = f"encoder.down_blocks.{j}", f"encoder.downsamples.{j}"
-        if kind == "res":
+        if kind == "resdown":  # Wan2.2 (no original-layout names: see vae_keymap_original)
+            for r in range(cfg.num_res_blocks):
+                d.res_block(f"{key}.resnets.{r}", f"{key}.resnets.{r}", cin if r == 0 else cout, cout)
+            if rest[0] is not None:
+                d.resample(f"{key}.downsampler", f"{key}.downsampler", cout, rest[0])
+        elif kind == "res":
             d.res_block(key, orig, cin, cout)
         else:
             d.resample(key, orig, cout, kind)
@@ -346,6 +373,13 @@ def _declare(cfg: WanVAEConfig) -> _Declaration:
     d.mid_block("decoder.mid_block", "decoder.middle", dec_mid)
     flat = 0  # the original decoder.upsamples is one flat Sequential: per stage its resnets, then its upsampler
     for i, (cin, cout, n_res, mode) in enumerate(dec_plan):
+        if cfg.is_residual:  # Wan2.2 WanResidualUpBlock: resnets, then .upsampler (channels kept)
+            key = f"decoder.up_blocks.{i}"
+            for r in range(n_res):
+                d.res_block(f"{key}.resnets.{r}", f"{key}.resnets.{r}", cin if r == 0 else cout, cout)
+            if mode is not None:
+                d.resample(f"{key}.upsampler", f"{key}.upsampler", cout, mode, up_out=cout)
+            continue
         for r in range(n_res):
             d.res_block(f"decoder.up_blocks.{i}.resnets.{r}", f"decoder.upsamples.{flat}", cin if r == 0 else cout, cout)
             flat += 1
@@ -400,7 +434,13 @@ def vae_keymap_original(cfg: WanVAEConfig) -> KeyMap:
 
     No tensor is reshaped: RMS-norm ``gamma`` is ``(C, 1, 1, 1)`` (``(C, 1, 1)`` in attention
     blocks) in both layouts.
+
+    Raises:
+      ValueError: a Wan2.2 configuration (``is_residual``): ``Wan2.2_VAE.pth`` names are not mapped yet.
     """
+    if cfg.is_residual:
+        raise ValueError("vae_keymap_original: the original Wan2.2 VAE file (Wan2.2_VAE.pth) is not supported yet; "
+                         "use the diffusers layout (vae/ with config.json)")
     return KeyMap(rules=list(_declare(cfg).original_rules))
 
 
@@ -618,6 +658,90 @@ def _resample(p: dict, x: jax.Array, mode: str, cache: dict | None, first: bool)
     raise ValueError(f"unknown resample mode {mode!r}")
 
 
+def _avg_down(x: jax.Array, cout: int, factor_t: int, factor_s: int) -> jax.Array:
+    """``AvgDown3D`` (Wan2.2 encoder shortcut), channels-last ``(B, T, H, W, C)``.
+
+    Time is zero-padded in front to a multiple of ``factor_t`` (within the chunk, as the reference);
+    each ``factor_t x factor_s x factor_s`` neighbourhood goes into channels (index
+    ``c * f + (t * fs + h) * fs + w``), and consecutive groups of ``C * f / cout`` are averaged.
+    """
+    b, t, h, w, c = x.shape
+    pad = (factor_t - t % factor_t) % factor_t
+    if pad:
+        x = jnp.concatenate([jnp.zeros((b, pad, h, w, c), x.dtype), x], axis=1)
+        t += pad
+    ft, fs = factor_t, factor_s
+    x = x.reshape(b, t // ft, ft, h // fs, fs, w // fs, fs, c).transpose(0, 1, 3, 5, 7, 2, 4, 6)
+    x = x.reshape(b, t // ft, h // fs, w // fs, cout, c * ft * fs * fs // cout)
+    return jnp.mean(x.astype(jnp.float32), axis=-1).astype(x.dtype)
+
+
+def _dup_up(x: jax.Array, cout: int, factor_t: int, factor_s: int, first: bool) -> jax.Array:
+    """``DupUp3D`` (Wan2.2 decoder shortcut), channels-last; the inverse arrangement of :func:`_avg_down`.
+
+    Channels are repeated (``repeat_interleave``) to ``cout * f`` and unfolded into
+    ``factor_t x factor_s x factor_s`` neighbourhoods; on the first chunk the first ``factor_t - 1``
+    frames are dropped (the reference's ``first_chunk``).
+    """
+    b, t, h, w, c = x.shape
+    ft, fs = factor_t, factor_s
+    x = jnp.repeat(x, cout * ft * fs * fs // c, axis=-1)
+    x = x.reshape(b, t, h, w, cout, ft, fs, fs).transpose(0, 1, 5, 2, 6, 3, 7, 4)
+    x = x.reshape(b, t * ft, h * fs, w * fs, cout)
+    return x[:, ft - 1 :] if first else x
+
+
+def _residual_down_block(p: dict, x: jax.Array, cache: dict | None, first: bool, cout: int,
+                         mode: str | None) -> tuple[jax.Array, dict]:
+    """``WanResidualDownBlock``: residual blocks, the down-sampler, plus the ``AvgDown3D`` shortcut."""
+    shortcut = x
+    new: dict = {"resnets": {}}
+    for r in range(len(p["resnets"])):
+        x, new["resnets"][str(r)] = _res_block(p["resnets"][str(r)], x, _get(cache, "resnets", str(r)))
+    if mode is not None:
+        x, c = _resample(p["downsampler"], x, mode, _get(cache, "downsampler"), first)
+        if c is not None:
+            new["downsampler"] = c
+        shortcut = _avg_down(shortcut, cout, 2 if mode == "down3d" else 1, 2)
+    else:
+        shortcut = _avg_down(shortcut, cout, 1, 1)
+    return x + shortcut, new
+
+
+def _residual_up_block(p: dict, x: jax.Array, cache: dict | None, first: bool, cout: int,
+                       mode: str | None) -> tuple[jax.Array, dict]:
+    """``WanResidualUpBlock``: residual blocks, the up-sampler, plus the ``DupUp3D`` shortcut (if upsampling)."""
+    shortcut = x
+    new: dict = {"resnets": {}}
+    for r in range(len(p["resnets"])):
+        x, new["resnets"][str(r)] = _res_block(p["resnets"][str(r)], x, _get(cache, "resnets", str(r)))
+    if mode is not None:
+        x, c = _resample(p["upsampler"], x, mode, _get(cache, "upsampler"), first)
+        if c is not None:
+            new["upsampler"] = c
+        x = x + _dup_up(shortcut, cout, 2 if mode == "up3d" else 1, 2, first)
+    return x, new
+
+
+def patchify(x: jax.Array, p: int | None) -> jax.Array:
+    """diffusers ``autoencoder_kl_wan.patchify``: ``(B, C, T, H, W)`` -> ``(B, C p^2, T, H/p, W/p)``,
+    channel index ``c p^2 + p_w p + p_h`` (the reference's permute puts the width offset first)."""
+    if not p or p == 1:
+        return x
+    b, c, t, h, w = x.shape
+    x = x.reshape(b, c, t, h // p, p, w // p, p).transpose(0, 1, 6, 4, 2, 3, 5)
+    return x.reshape(b, c * p * p, t, h // p, w // p)
+
+
+def unpatchify(x: jax.Array, p: int | None) -> jax.Array:
+    """Inverse of :func:`patchify`: ``(B, C p^2, T, h, w)`` -> ``(B, C, T, h p, w p)``."""
+    if not p or p == 1:
+        return x
+    b, cp, t, h, w = x.shape
+    x = x.reshape(b, cp // (p * p), p, p, t, h, w).transpose(0, 1, 4, 5, 3, 6, 2)
+    return x.reshape(b, cp // (p * p), t, h * p, w * p)
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoder / decoder chunks
 # ---------------------------------------------------------------------------------------------
@@ -629,10 +753,12 @@ def _encoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tu
     x, new["conv_in"] = _causal_conv(p["conv_in"], x, _get(cache, "conv_in"))
     plan, _ = _encoder_plan(cfg)
     blocks: dict = {}
-    for j, (kind, _, _) in enumerate(plan):
+    for j, (kind, _, cout, *rest) in enumerate(plan):
         key = str(j)
         bp, bc = p["down_blocks"][key], _get(cache, "down_blocks", key)
-        if kind == "res":
+        if kind == "resdown":
+            x, blocks[key] = _residual_down_block(bp, x, bc, first, cout, rest[0])
+        elif kind == "res":
             x, blocks[key] = _res_block(bp, x, bc)
         else:
             x, c = _resample(bp, x, kind, bc, first)
@@ -652,8 +778,11 @@ def _decoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tu
     x, new["mid_block"] = _mid_block(p["mid_block"], x, _get(cache, "mid_block"))
     plan, _ = _decoder_plan(cfg)
     blocks: dict = {}
-    for i, (_, _, n_res, mode) in enumerate(plan):
+    for i, (_, cout, n_res, mode) in enumerate(plan):
         bp, bc = p["up_blocks"][str(i)], _get(cache, "up_blocks", str(i))
+        if cfg.is_residual:
+            x, blocks[str(i)] = _residual_up_block(bp, x, bc, first, cout, mode)
+            continue
         resnets = {}
         for r in range(n_res):
             x, resnets[str(r)] = _res_block(bp["resnets"][str(r)], x, _get(bc, "resnets", str(r)))
@@ -680,14 +809,17 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
     Args:
       params: VAE parameters (:func:`vae_specs` structure).
       cfg: static configuration.
-      x: video chunk ``(B, in_channels, t, H, W)``: the first frame alone (``t = 1``) for the
-        first chunk, then ``t = 4`` frames per chunk, as the reference's ``_encode``.
+      x: video chunk ``(B, video_channels, t, H, W)`` (3 channels; patchified here for Wan2.2): the
+        first frame alone (``t = 1``) for the first chunk, then ``t = 4`` frames per chunk, as the
+        reference's ``_encode``.
       cache: ``None`` for the first chunk, else the cache returned by the previous call.
 
     Returns:
-      ``(moments, cache)``: ``moments (B, 2*z_dim, t', H/8, W/8)`` in the compute dtype
-      (mean channels first, then log-variance, unclamped), and the new cache pytree.
+      ``(moments, cache)``: ``moments (B, 2*z_dim, t', H/s, W/s)`` (``s`` = ``spatial_compression``:
+      8, or 16 for Wan2.2) in the compute dtype (mean channels first, then log-variance, unclamped),
+      and the new cache pytree.
     """
+    x = patchify(x, cfg.patch_size)
     x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
     h, cache = _encoder(params["encoder"], cfg, x, cache)
     h = _conv(params["quant_conv"], h)
@@ -707,14 +839,15 @@ def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | No
         compiled program.
 
     Returns:
-      ``(video, cache)``: ``video (B, out_channels, t, 8h, 8w)`` float32 clamped to
-      ``[-1, 1]``, ``t = 1`` for the first chunk and ``temporal_compression`` (4) after.
+      ``(video, cache)``: ``video (B, video_channels, t, s h, s w)`` float32 clamped to
+      ``[-1, 1]`` (``s`` = ``spatial_compression``; unpatchified for Wan2.2), ``t = 1`` for the
+      first chunk and ``temporal_compression`` (4) after.
     """
     x = jnp.transpose(z, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
     x = _conv(params["post_quant_conv"], x)
     y, cache = _decoder(params["decoder"], cfg, x, cache)
     y = jnp.clip(y.astype(jnp.float32), -1.0, 1.0)
-    return jnp.transpose(y, (0, 4, 1, 2, 3)), cache
+    return unpatchify(jnp.transpose(y, (0, 4, 1, 2, 3)), cfg.patch_size), cache
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,7 +867,7 @@ def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array
       video: ``(B, in_channels, 1 + 4k, H, W)``, values in ``[-1, 1]``.
 
     Returns:
-      ``(mean, logvar)``, each float32 ``(B, z_dim, 1 + k, H', W')`` with ``H' = H / 8`` for
+      ``(mean, logvar)``, each float32 ``(B, z_dim, 1 + k, H', W')`` with ``H' = H / 8`` (``/ 16``: Wan2.2) for
       ``H`` divisible by 8 (the reference's pad-right-then-stride-2 downsampling otherwise
       floors). ``logvar`` is clamped to ``[-30, 20]`` as ``DiagonalGaussianDistribution`` does.
       The latents are not normalised; see :func:`normalize_latents`.
@@ -742,8 +875,11 @@ def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array
     Raises:
       ValueError: wrong rank, channel count, or a frame count that is not ``1 + 4k``.
     """
-    if video.ndim != 5 or video.shape[1] != cfg.in_channels:
-        raise ValueError(f"encode: expected video (B, {cfg.in_channels}, T, H, W), got shape {tuple(video.shape)}")
+    if video.ndim != 5 or video.shape[1] != cfg.video_channels:
+        raise ValueError(f"encode: expected video (B, {cfg.video_channels}, T, H, W), got shape {tuple(video.shape)}")
+    if cfg.patch_size and (video.shape[3] % cfg.patch_size or video.shape[4] % cfg.patch_size):
+        raise ValueError(f"encode: height and width must be multiples of patch_size {cfg.patch_size}, "
+                         f"got {tuple(video.shape[3:])}")
     t = video.shape[2]
     step = 4  # the reference's _encode chunk length (hard-coded there too)
     if (t - 1) % step:
@@ -771,7 +907,7 @@ def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
       latents: de-normalised latents ``(B, z_dim, T, h, w)`` (see :func:`denormalize_latents`).
 
     Returns:
-      float32 video ``(B, out_channels, 1 + 4(T - 1), 8h, 8w)`` clamped to ``[-1, 1]``.
+      float32 video ``(B, video_channels, 1 + 4(T - 1), 8h, 8w)`` (``16h, 16w`` for Wan2.2) clamped to ``[-1, 1]``.
 
     Raises:
       ValueError: wrong rank or channel count, or ``T == 0``.

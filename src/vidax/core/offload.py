@@ -1,0 +1,275 @@
+"""Per-layer weight offloading: stacked block weights in host memory, streamed to the device in chunks.
+
+Paper section 2 ("Per-layer weight offloading", after ZeRO-Offload, Ren et al., 2021): the
+parameters of the repeated blocks stay in host memory; groups of ``chunk`` consecutive blocks
+are copied into device memory just before they run, and one compiled chunk function (the
+model's block loop over a chunk of stacked parameters) serves every chunk.
+
+Host memory
+    Each chunk is a ``jax.Array`` in a host *memory kind* of the devices it belongs to
+    (:func:`host_memory_kind`: ``pinned_host`` where the backend has it, which GPU and TPU
+    backends and, in this JAX, the CPU backend do; else ``unpinned_host``). Pinned (page-locked)
+    memory is what lets a GPU/TPU copy engine read it asynchronously. A backend without host
+    memory kinds keeps the chunks as NumPy arrays (``device_put`` from NumPy is the same
+    host-to-device copy, from pageable memory). The chunk arrays carry the *same* sharding as the
+    resident parameters (``NamedSharding(mesh, spec, memory_kind=...)``), so under a mesh each
+    device receives only its own shard of a chunk.
+
+Chunks
+    ``ceil(L / chunk)`` chunks of exactly ``chunk`` layers: when ``chunk`` does not divide the
+    layer count, the last chunk is padded with zero layers, so every chunk has one shape and one
+    sharding and the chunk function compiles once. A zero layer must be the identity of the
+    model's block (true for Wan: every residual branch ends in a linear layer whose kernel and
+    bias are zero, so it adds exactly 0); the padding costs the compute of ``padded - L`` layers.
+
+Overlap (:func:`stream`)
+    ``jax.device_put`` returns immediately and copies in the background. With ``overlap=True``
+    the copy of chunk ``i + 1`` is issued before chunk ``i``'s computation is dispatched, so the
+    two run concurrently; the host waits for chunk ``i - 1``'s result first, so at most two chunks
+    are ever in device memory (the one computing, the one arriving): two fixed-size device
+    buffers that the allocator hands back and forth (chunks have one size). ``overlap=False`` is
+    the paper's serial mode: copy, wait, compute, wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, SingleDeviceSharding
+
+from vidax.core.params import flatten, unflatten
+
+#: Host memory kinds, in order of preference.
+HOST_MEMORY_KINDS = ("pinned_host", "unpinned_host")
+
+
+def host_memory_kind(device: Any = None) -> str | None:
+    """The host memory kind to keep offloaded weights in, for ``device`` (default: first local device).
+
+    Returns:
+      ``"pinned_host"`` if the device can address it (GPU, TPU, and the CPU backend of this JAX:
+      ``jax.devices("cpu")[0].addressable_memories()`` lists ``device``, ``pinned_host`` and
+      ``unpinned_host``), else ``"unpinned_host"``, else None (no host memory kinds: keep NumPy).
+    """
+    device = device if device is not None else jax.local_devices()[0]
+    try:
+        kinds = {m.kind for m in device.addressable_memories()}
+    except Exception:  # a backend without memory APIs
+        return None
+    return next((k for k in HOST_MEMORY_KINDS if k in kinds), None)
+
+
+def with_memory_kind(sharding: Any, kind: str | None) -> Any:
+    """``sharding`` in memory ``kind`` (None -> None: NumPy host arrays)."""
+    if kind is None:
+        return None
+    return sharding.with_memory_kind(kind)
+
+
+def device_sharding(sharding: Any = None) -> Any:
+    """The device-memory version of a parameter sharding; None -> the first local device."""
+    if sharding is None:
+        return SingleDeviceSharding(jax.local_devices()[0])
+    return sharding.with_memory_kind("device") if sharding.memory_kind not in (None, "device") else sharding
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """How ``num_layers`` stacked layers split into chunks of ``chunk`` layers.
+
+    Attributes:
+      num_layers: layers of the stack (>= 1).
+      chunk: layers per chunk, ``1 <= chunk <= num_layers``.
+
+    Raises (at construction):
+      ValueError: a chunk size outside ``[1, num_layers]`` (the message lists the sizes that
+        divide the layer count, which need no padding).
+    """
+
+    num_layers: int
+    chunk: int
+
+    def __post_init__(self):
+        if not (isinstance(self.chunk, (int, np.integer)) and 1 <= self.chunk <= self.num_layers):
+            divs = [d for d in range(1, self.num_layers + 1) if self.num_layers % d == 0]
+            raise ValueError(f"offload chunk must be an integer between 1 and the {self.num_layers} layers, got "
+                             f"{self.chunk!r}; sizes that divide {self.num_layers} (no padding): {divs}")
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.num_layers // self.chunk)
+
+    @property
+    def padded_layers(self) -> int:
+        """Layers including the zero padding of the last chunk."""
+        return self.num_chunks * self.chunk
+
+    def bounds(self, i: int) -> tuple[int, int]:
+        """Real layers ``[lo, hi)`` of chunk ``i`` (``hi - lo < chunk`` only for a padded last chunk)."""
+        lo = i * self.chunk
+        return lo, min(self.num_layers, lo + self.chunk)
+
+
+@dataclass
+class OffloadedStack:
+    """Stacked block parameters kept in host memory as equal chunks, fetched to the device on demand.
+
+    Attributes:
+      chunks: ``num_chunks`` parameter trees (nested dicts like the stacked blocks), each leaf
+        ``(chunk, *layer_shape)`` in host memory (a host memory kind, or NumPy).
+      device_shardings: tree of the same structure: each leaf's device sharding (the resident
+        parameter's sharding; a ``SingleDeviceSharding`` without a mesh).
+      plan: the :class:`ChunkPlan`.
+    """
+
+    chunks: list[dict]
+    device_shardings: dict
+    plan: ChunkPlan
+    _abstract: Any = field(default=None, repr=False)
+
+    @classmethod
+    def from_chunk_leaves(cls, leaves: dict, device_shardings: dict, num_layers: int) -> OffloadedStack:
+        """Build from a loaded tree whose leaves are tuples of chunk arrays.
+
+        Args:
+          leaves: nested dict, each leaf a tuple ``(chunk_0, ..., chunk_{n-1})`` as
+            :func:`vidax.checkpoint.loader.load_params` returns for a
+            :class:`~vidax.checkpoint.loader.LayerChunks` placement.
+          device_shardings: nested dict of the leaves' device shardings.
+          num_layers: the unpadded layer count.
+
+        Raises:
+          ValueError: leaves with different chunk counts or chunk sizes.
+        """
+        flat = dict(flatten(leaves))
+        counts = {len(v) for v in flat.values()}
+        sizes = {v[0].shape[0] for v in flat.values()}
+        if len(counts) != 1 or len(sizes) != 1:
+            raise ValueError(f"chunked leaves disagree: chunk counts {counts}, chunk sizes {sizes}")
+        n = counts.pop()
+        plan = ChunkPlan(num_layers, sizes.pop())
+        if plan.num_chunks != n:
+            raise ValueError(f"{n} chunks of {plan.chunk} layers do not cover {num_layers} layers")
+        chunks = [unflatten({p: v[i] for p, v in flat.items()}) for i in range(n)]
+        return cls(chunks, device_shardings, plan)
+
+    @classmethod
+    def from_stacked(cls, stacked: dict, chunk: int, device_shardings: dict | None = None,
+                     memory_kind: str | None = "auto") -> OffloadedStack:
+        """Split resident (or host) stacked parameters into host-memory chunks (tests, benchmarks).
+
+        Reads each leaf to the host once (``np.asarray``; one process only), pads the last chunk
+        with zeros and places every chunk with the leaf's sharding in host memory. Loading a
+        checkpoint straight into chunks goes through ``load_params`` with
+        :class:`~vidax.checkpoint.loader.LayerChunks` instead (no device copy first).
+
+        Args:
+          stacked: nested dict of arrays ``(L, ...)``.
+          chunk: layers per chunk.
+          device_shardings: per-leaf device shardings; default each leaf's own sharding (a jax
+            Array), else the first local device.
+          memory_kind: host memory kind, "auto" (:func:`host_memory_kind`), or None (NumPy chunks).
+
+        Raises:
+          ValueError: see :class:`ChunkPlan`; leaves with different layer counts.
+        """
+        flat = dict(flatten(stacked))
+        layers = {a.shape[0] for a in flat.values()}
+        if len(layers) != 1:
+            raise ValueError(f"stacked leaves have different layer counts: {sorted(layers)}")
+        plan = ChunkPlan(layers.pop(), chunk)
+        if device_shardings is None:
+            device_shardings = unflatten({p: device_sharding(getattr(a, "sharding", None)) for p, a in flat.items()})
+        dev = dict(flatten(device_shardings))
+        kind = host_memory_kind() if memory_kind == "auto" else memory_kind
+        whole = {p: np.asarray(a) for p, a in flat.items()}
+        chunks = []
+        for i in range(plan.num_chunks):
+            lo, hi = plan.bounds(i)
+            tree = {}
+            for p, a in whole.items():
+                host = np.zeros((plan.chunk, *a.shape[1:]), a.dtype)
+                host[: hi - lo] = a[lo:hi]
+                tree[p] = host if kind is None else jax.device_put(host, with_memory_kind(dev[p], kind))
+            chunks.append(unflatten(tree))
+        return cls(chunks, device_shardings, plan)
+
+    @property
+    def num_chunks(self) -> int:
+        return self.plan.num_chunks
+
+    def fetch(self, i: int) -> dict:
+        """Start copying chunk ``i`` to device memory; returns at once (``jax.device_put`` is asynchronous)."""
+        return jax.device_put(self.chunks[i], self.device_shardings)
+
+    def abstract_chunk(self) -> dict:
+        """``jax.ShapeDtypeStruct`` tree of one chunk in device memory (to compile the chunk function)."""
+        if self._abstract is None:
+            self._abstract = jax.tree.map(
+                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.chunks[0], self.device_shardings)
+        return self._abstract
+
+    def chunk_bytes(self) -> int:
+        """Bytes of one chunk, all devices together (its global size)."""
+        return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for _, a in flatten(self.chunks[0]))
+
+    def chunk_bytes_per_device(self) -> int:
+        """Bytes of one chunk on one device (its shard, for a sharded stack)."""
+        total = 0
+        for (_, a), (_, s) in zip(flatten(self.chunks[0]), flatten(self.device_shardings)):
+            shape = s.shard_shape(a.shape) if isinstance(s, NamedSharding) else a.shape
+            total += int(np.prod(shape)) * np.dtype(a.dtype).itemsize
+        return total
+
+
+def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: Any, *, overlap: bool = True,
+           timings: list | None = None) -> Any:
+    """Run ``carry = run_chunk(chunk_params, carry)`` over every chunk, fetching weights from host memory.
+
+    Args:
+      stack: the offloaded blocks.
+      run_chunk: ``(device chunk tree, carry) -> carry``, normally one compiled function (it may
+        donate ``carry``).
+      carry: the activations entering the first chunk (any pytree of device arrays).
+      overlap: True: the copy of chunk ``i + 1`` is issued before chunk ``i`` is dispatched and
+        runs while it computes; before that copy the host waits for chunk ``i - 1`` to finish, so
+        at most two chunks occupy device memory. False (the paper's mode): each copy is waited
+        for, then its computation, before the next copy starts.
+      timings: if a list, per chunk ``(seconds waiting for the copy, seconds of compute)`` is
+        appended (only measured with ``overlap=False``, where the phases are separate).
+
+    Returns:
+      the carry after the last chunk (not waited for with ``overlap=True``).
+    """
+    n = stack.num_chunks
+    if not overlap:
+        import time
+
+        for i in range(n):
+            t0 = time.perf_counter()
+            chunk = jax.block_until_ready(stack.fetch(i))
+            t1 = time.perf_counter()
+            carry = jax.block_until_ready(run_chunk(chunk, carry))
+            del chunk
+            if timings is not None:
+                timings.append((t1 - t0, time.perf_counter() - t1))
+        return carry
+    nxt = stack.fetch(0)
+    for i in range(n):
+        cur, nxt = nxt, None
+        if i + 1 < n:
+            # carry is chunk i-1's output: once it is ready, chunk i-1's weights are released, and
+            # the copy of chunk i+1 takes their place while chunk i computes.
+            jax.block_until_ready(carry)
+            nxt = stack.fetch(i + 1)
+        carry = run_chunk(cur, carry)
+        del cur
+    return carry
+
+
+__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "device_sharding", "host_memory_kind", "stream",
+           "with_memory_kind"]

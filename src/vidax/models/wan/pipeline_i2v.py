@@ -1,0 +1,647 @@
+"""The Wan family beyond Wan2.1 T2V: image-to-video, first-last-frame, Wan2.2 TI2V-5B and A14B.
+
+Follows diffusers ``pipelines/wan/pipeline_wan_i2v.py`` (``WanImageToVideoPipeline``) and, for
+text-to-video with the Wan2.2 checkpoints, ``pipelines/wan/pipeline_wan.py`` (``WanPipeline`` with
+``transformer_2`` / ``boundary_ratio`` / ``expand_timesteps``). One class,
+:class:`WanImageToVideoPipeline`, runs every Wan checkpoint; :class:`vidax.models.wan.pipeline.WanPipeline`
+hands the checkpoints it does not run itself (image-conditioned, two experts, the Wan2.2 VAE) to it.
+
+Conditioning, as the reference builds it:
+
+Wan2.1 I2V / FLF2V and Wan2.2 I2V A14B (``in_channels = 36``)
+    The first frame (and, FLF2V, the last) is resized to the output size (PIL Lanczos), mapped to
+    ``[-1, 1]`` and placed in an otherwise black video of ``num_frames`` frames, VAE-encoded (the
+    mean) and normalised: 16 channels. A frame mask (1 for given frames, 0 elsewhere; the first
+    frame repeated 4 times, then folded into ``(4, T)``) adds 4 channels: the 20 condition channels
+    are concatenated to the 16 noise channels at every step. Wan2.1 I2V also feeds the CLIP
+    ViT-H/14 penultimate hidden states of the image(s) (:mod:`vidax.encoders.clip`) to
+    cross-attention (FLF2V: first then last frame, 2 x 257 tokens).
+Wan2.2 TI2V-5B (``expand_timesteps``)
+    Only the first frame is encoded (one latent frame of 48 channels). Each step the first latent
+    frame is *replaced* by it (``(1 - mask) * condition + mask * latents``) and its tokens get
+    timestep 0 while the others get ``t`` (per-token AdaLN); after the loop the first frame is
+    replaced once more. Text-to-video with this checkpoint has no condition (all tokens at ``t``;
+    per-sample AdaLN, which is the same computation).
+Wan2.2 A14B (``boundary_ratio``)
+    Two experts switched at the boundary timestep (:mod:`vidax.models.wan.experts`), each with its
+    guidance scale (``guidance_scale`` for the high-noise expert, ``guidance_scale_2`` for the
+    low-noise one).
+
+Output size for an image (:func:`size_for_image`): the reference example's rule (diffusers
+``WanImageToVideoPipeline`` docstring): ``h = round(sqrt(max_area * H / W)) // m * m`` and
+``w = round(sqrt(max_area * W / H)) // m * m`` with ``m = vae_spatial * patch`` (16 for Wan2.1 and
+A14B, 32 for TI2V-5B). The Wan repository's ``generate.py`` floors instead of rounding
+(``wan/image2video.py``) and Wan2.2 TI2V uses ``best_output_size``; they can differ by one
+multiple. Sizes and frame counts the model cannot run are rounded down as the reference does
+(``num_frames`` to ``4k + 1``, height/width to multiples of ``m``) with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.loader import load_params
+from vidax.encoders.clip import CLIPImageProcessorConfig, encode_images, load_clip_vision, preprocess_images
+from vidax.models.wan import vae as wan_vae
+from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
+from vidax.models.wan.layout import resolve_checkpoint
+from vidax.models.wan.pipeline import WanOutput, WanPipeline, _first_device, _mesh_context, _replicated
+from vidax.models.wan.sharding import WAN_RULES, check_parallel
+from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+
+#: Smallest image side accepted as a conditioning frame, in pixels.
+MIN_IMAGE_SIDE = 16
+#: Output area when neither a size nor ``max_area`` is given (480 x 832, the 480p presets).
+DEFAULT_MAX_AREA = 480 * 832
+TEMPORAL = 4  # VAE temporal compression of every Wan VAE
+
+
+class ImageError(ValueError):
+    """A conditioning image is missing, unreadable or too small."""
+
+
+# --------------------------------------------------------------------------- images
+
+
+def load_image(image: Any, what: str = "image"):
+    """A conditioning image as a decoded ``PIL.Image`` (mode kept; converted where used).
+
+    Args:
+      image: a path (str / PathLike), a ``PIL.Image``, or a uint8 array ``(H, W, 3)`` / ``(H, W, 4)`` / ``(H, W)``.
+      what: name used in messages (``"image"``, ``"last image"``).
+
+    Raises:
+      ImageError: the file does not exist or is not a readable image, or a side is below
+        :data:`MIN_IMAGE_SIDE` pixels (a ValueError; the CLI prints it).
+      TypeError: another input type.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, (str, os.PathLike)):
+        path = Path(image)
+        if not path.is_file():
+            raise ImageError(f"{what} {path}: file not found")
+        try:
+            with Image.open(path) as f:
+                f.load()
+                img = f.copy()
+        except (UnidentifiedImageError, OSError, SyntaxError) as e:
+            raise ImageError(f"{what} {path}: not a readable image ({type(e).__name__}: {e})") from e
+    elif isinstance(image, Image.Image):
+        img = image
+    elif isinstance(image, np.ndarray):
+        if image.dtype != np.uint8 or not (image.ndim == 2 or (image.ndim == 3 and image.shape[-1] in (3, 4))):
+            raise ImageError(f"{what}: arrays must be uint8 (H, W, 3), (H, W, 4) or (H, W); got {image.dtype} {image.shape}")
+        img = Image.fromarray(image)
+    else:
+        raise TypeError(f"{what}: expected a path, a PIL image or a uint8 array, got {type(image).__name__}")
+    if min(img.size) < MIN_IMAGE_SIDE:
+        raise ImageError(f"{what} is {img.width}x{img.height} pixels; at least {MIN_IMAGE_SIDE} pixels per side are needed")
+    return img
+
+
+def size_for_image(image_height: int, image_width: int, max_area: int, multiple: int) -> tuple[int, int]:
+    """Output ``(height, width)`` for an image: its aspect ratio at about ``max_area`` pixels.
+
+    The reference example's rule (diffusers ``WanImageToVideoPipeline``):
+    ``height = round(sqrt(max_area * ar)) // multiple * multiple``,
+    ``width = round(sqrt(max_area / ar)) // multiple * multiple`` with ``ar = image_height / image_width``.
+
+    Raises:
+      ImageError: the aspect ratio is so extreme that a side rounds to 0.
+    """
+    aspect = image_height / image_width
+    height = round(np.sqrt(max_area * aspect)) // multiple * multiple
+    width = round(np.sqrt(max_area / aspect)) // multiple * multiple
+    if height < multiple or width < multiple:
+        raise ImageError(f"an image of {image_width}x{image_height} at max area {max_area} gives a {width}x{height} "
+                         f"video; each side must be at least {multiple} pixels")
+    return int(height), int(width)
+
+
+def vae_pixels(image, height: int, width: int) -> np.ndarray:
+    """An image as the VAE's input frame (diffusers ``VideoProcessor.preprocess``).
+
+    PIL resize to ``(width, height)`` with Lanczos, then ``convert("RGB")``, ``/ 255`` in float32,
+    ``2x - 1``.
+
+    Returns:
+      float32 ``(3, height, width)`` in ``[-1, 1]``.
+    """
+    from PIL import Image
+
+    img = image.resize((width, height), resample=Image.Resampling.LANCZOS).convert("RGB")
+    x = np.asarray(img).astype(np.float32) / 255.0
+    return np.ascontiguousarray((2.0 * x - 1.0).transpose(2, 0, 1))
+
+
+def frame_mask(num_frames: int, latent_h: int, latent_w: int, last_frame: bool) -> np.ndarray:
+    """The 4 mask channels of Wan I2V / FLF2V (diffusers ``WanImageToVideoPipeline.prepare_latents``).
+
+    Per video frame 1 if given (the first; FLF2V also the last), else 0; the first frame's value is
+    repeated 4 times so the ``num_frames + 3`` values fold into ``(4, T)`` with
+    ``T = (num_frames - 1) / 4 + 1`` (latent frame ``j`` holds video frames ``4j-3 .. 4j``).
+
+    Returns:
+      float32 ``(1, 4, T, latent_h, latent_w)``.
+    """
+    m = np.ones((num_frames, latent_h, latent_w), np.float32)
+    m[1 : num_frames - 1 if last_frame else num_frames] = 0
+    m = np.concatenate([np.repeat(m[:1], TEMPORAL, axis=0), m[1:]], axis=0)
+    t = m.shape[0] // TEMPORAL
+    return np.ascontiguousarray(m.reshape(t, TEMPORAL, latent_h, latent_w).transpose(1, 0, 2, 3)[None])
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def _video_step(params, latents, condition, mask, timestep, context, image_context, cos, sin, guidance_scale, *,
+                cfg, attention_impl, guided, mode, mesh=None, rules=WAN_RULES):
+    """One guided transformer evaluation for every Wan task; both CFG halves in one batch.
+
+    Args:
+      latents: float32 ``(B, z, T, h, w)``, the sampler's state.
+      condition: ``"concat"``: float32 ``(B, 20, T, h, w)`` (mask + image latents), concatenated to the
+        latents' channels; ``"expand"``: float32 ``(1, z, 1, h, w)`` first-frame latents; else None.
+      mask: ``"expand"``: float32 ``(1, 1, T, h, w)`` (0 on the first latent frame, 1 elsewhere), else None.
+      timestep: float32 ``(B,)``.
+      context: ``(2B or B, 512, text_dim)`` (prompts, then negatives).
+      image_context: float32 ``(B, L_img, image_dim)`` CLIP states, or None.
+      guidance_scale: float32 scalar (this step's expert's).
+      mode: static: ``"t2v"``, ``"concat"`` or ``"expand"``.
+
+    Returns:
+      float32 ``(B, z, T, h, w)``: ``uncond + g * (cond - uncond)`` (or the conditional prediction).
+    """
+    dtype = params["patch_embedding"]["kernel"].dtype
+    b = latents.shape[0]
+    if mode == "concat":
+        x = jnp.concatenate([latents, condition.astype(latents.dtype)], axis=1)
+        ts = timestep
+    elif mode == "expand":
+        x = (1 - mask) * condition + mask * latents
+        pt, ph, pw = cfg.patch_size
+        # diffusers: (first_frame_mask[0][0][:, ::2, ::2] * t).flatten(), one row per sample.
+        ts = (mask[0, 0, ::pt, ::ph, ::pw][None] * timestep[:, None, None, None]).reshape(b, -1)
+    else:
+        x, ts = latents, timestep
+    x = x.astype(dtype)
+    kw = dict(cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
+    if not guided:
+        return _replicated(forward(params, x, ts, context, cos, sin, image_context=image_context, **kw), mesh)
+    img2 = None if image_context is None else jnp.concatenate([image_context, image_context])
+    both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([ts, ts]), context, cos, sin,
+                   image_context=img2, **kw)
+    cond, uncond = jnp.split(both, 2)
+    return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def needs_general_pipeline(folder: str | os.PathLike) -> bool:
+    """Whether a checkpoint needs :class:`WanImageToVideoPipeline` (reads only config files).
+
+    True for an image-conditioned transformer (CLIP ``image_dim``, or more input than output
+    channels: Wan2.1 I2V / FLF2V, Wan2.2 I2V A14B), two experts (Wan2.2 A14B), per-token timesteps
+    (``expand_timesteps``) or a Wan2.2 VAE (``patch_size``); False for Wan2.1 T2V.
+
+    Raises:
+      CheckpointError: see :func:`vidax.models.wan.layout.resolve_checkpoint`.
+    """
+    ckpt = resolve_checkpoint(folder)
+    tcfg = ckpt.transformer_config()
+    if tcfg.has_image_input or tcfg.in_channels != tcfg.out_channels:
+        return True
+    if ckpt.transformer_2_config_path is not None or ckpt.expand_timesteps:
+        return True
+    if ckpt.vae_config_path is not None:
+        import json
+
+        return json.loads(ckpt.vae_config_path.read_text()).get("patch_size") is not None
+    return False
+
+
+class WanImageToVideoPipeline(WanPipeline):
+    """Every Wan task: I2V, FLF2V (Wan2.1), TI2V-5B (Wan2.2), A14B T2V / I2V (Wan2.2), and T2V.
+
+    Example::
+
+        pipe = WanImageToVideoPipeline.from_pretrained("Wan2.1-I2V-14B-480P-Diffusers", dtype="bfloat16")
+        out = pipe("a cat surfing", image="cat.png", num_frames=81)        # size from the image, 480p area
+        out = pipe("a flower blooming", image="bud.png", last_image="bloom.png")  # FLF2V checkpoint
+
+    The call signature extends :meth:`WanPipeline.__call__` (``prompt, negative_prompt`` positional,
+    the rest by keyword), so the T2V code paths can run this class unchanged.
+
+    Attributes (besides :class:`WanPipeline`'s):
+      experts: :class:`vidax.models.wan.experts.ExpertSet` (one expert, or two for Wan2.2 A14B).
+      boundary_ratio: ``model_index.json``'s, or None.
+      expand_timesteps: Wan2.2 TI2V-5B per-token timesteps.
+      image_encoder: ``(params, CLIPVisionConfig)`` for Wan2.1 I2V / FLF2V, else None.
+      image_processor: :class:`vidax.encoders.clip.CLIPImageProcessorConfig`, or None.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.experts: ExpertSet | None = None
+        self.boundary_ratio: float | None = None
+        self.expand_timesteps = False
+        self.image_encoder = None
+        self.image_processor: CLIPImageProcessorConfig | None = None
+        self._video_step = jax.jit(_video_step, static_argnames=("cfg", "attention_impl", "guided", "mode", "mesh",
+                                                                  "rules"))
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | os.PathLike,
+        *,
+        dtype: Any = "bfloat16",
+        image_encoder_dtype: Any = "float32",
+        expert_residency: str = "auto",
+        **kwargs,
+    ) -> WanImageToVideoPipeline:
+        """Load any Wan checkpoint folder (diffusers layout for the image and two-expert parts).
+
+        Everything :meth:`WanPipeline.from_pretrained` loads (the high-noise / only transformer,
+        VAE, text encoder, tokenizer, scheduler; mesh options), plus the parts ``model_index.json``
+        names: ``transformer_2/`` (the low-noise expert), ``image_encoder/`` (CLIP vision,
+        transformers layout), ``image_processor/`` (``preprocessor_config.json``), and the settings
+        ``boundary_ratio`` and ``expand_timesteps``.
+
+        Args:
+          folder: the checkpoint folder.
+          dtype: transformer weight dtype (both experts).
+          image_encoder_dtype: CLIP dtype (float32 in the reference example).
+          expert_residency: ``"both"`` experts on the device; ``"active"``: one at a time, the
+            low-noise expert loaded (already sharded) when the boundary is crossed, after the other
+            is freed; ``"auto"``: ``"both"`` if two experts take at most 70% of device memory
+            (always on CPU), else ``"active"``.
+          **kwargs: the other options of :meth:`WanPipeline.from_pretrained` (``text_encoder_dtype``,
+            ``vae_dtype``, ``attention``, ``dp``, ``tp``, ``sp``, ``devices``).
+
+        Raises:
+          CheckpointError: a missing or mismatched part (named); experts of different architectures.
+          ValueError: an unknown residency; weight offloading (``offload_chunk``), which this
+            pipeline does not run yet; see :meth:`WanPipeline.from_pretrained`.
+        """
+        if expert_residency not in ("auto", "both", "active"):
+            raise ValueError(f"expert_residency must be 'auto', 'both' or 'active', got {expert_residency!r}")
+        if kwargs.get("offload_chunk") is not None:
+            raise ValueError("offload_chunk is not supported by the image-to-video / Wan2.2 pipeline yet; "
+                             "use expert_residency='active' to keep one expert resident")
+        ckpt = resolve_checkpoint(folder)
+        tcfg2 = ckpt.transformer_2_config()
+        if tcfg2 is not None and tcfg2 != ckpt.transformer_config():
+            raise CheckpointError(f"{ckpt.folder}: transformer/ and transformer_2/ have different configurations; "
+                                  "the two experts of a Wan2.2 A14B checkpoint share one architecture")
+        t0 = time.perf_counter()
+        pipe = super().from_pretrained(folder, dtype=dtype, **kwargs)
+        tcfg, mesh = pipe.transformer_cfg, pipe.mesh
+        maps = ckpt.maps
+        shardings = None if mesh is None else WAN_RULES.sharding_fn(mesh)
+
+        def loader(reader_fn, weights):
+            def load():
+                return load_params(reader_fn(), maps.transformer_keymap(tcfg), transformer_specs(tcfg), jnp.dtype(dtype),
+                                   source=str(weights), shardings=shardings)
+            return load
+
+        high = pipe.transformer_params
+        loaders = [loader(ckpt.transformer_reader, ckpt.transformer_weights)]
+        if tcfg2 is not None:
+            loaders.append(loader(ckpt.transformer_2_reader, ckpt.transformer_2_weights))
+        residency = expert_residency
+        if residency == "auto":
+            nbytes = sum(a.nbytes for a in jax.tree.leaves(high))
+            devices = None if mesh is None else list(mesh.devices.flat)
+            residency = "both" if len(loaders) == 1 or both_fit(nbytes, devices) else "active"
+        pipe.experts = ExpertSet(loaders, residency, resident={HIGH_NOISE: high})
+        pipe.transformer_params = None  # owned by pipe.experts (swapped out in "active" mode)
+        pipe.boundary_ratio = ckpt.boundary_ratio
+        pipe.expand_timesteps = ckpt.expand_timesteps
+        if ckpt.scheduler_config_path is None and "original_flow_shift" in ckpt.pipeline_config:
+            # Original Wan2.2 A14B release: no scheduler config; generate.py's shift (T2V 12.0, I2V 5.0).
+            pipe.scheduler_config = {**pipe.scheduler_config, "flow_shift": ckpt.pipeline_config["original_flow_shift"]}
+        if tcfg.has_image_input:
+            if ckpt.image_encoder is None:
+                hint = (" (the original release's open_clip file models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth "
+                        "is not read yet: use the diffusers layout, e.g. Wan-AI/Wan2.1-I2V-14B-480P-Diffusers)"
+                        if ckpt.layout == "original" else "")
+                raise CheckpointError(f"{ckpt.folder}: the transformer takes CLIP image tokens (image_dim="
+                                      f"{tcfg.image_dim}) but the checkpoint has no image_encoder/{hint}")
+            cparams, ccfg = load_clip_vision(ckpt.image_encoder, jnp.dtype(image_encoder_dtype))
+            if ccfg.hidden_size != tcfg.image_dim:
+                raise CheckpointError(f"{ckpt.folder}: the image encoder is {ccfg.hidden_size} wide but the transformer "
+                                      f"expects image_dim={tcfg.image_dim}")
+            pipe.image_encoder = (cparams, ccfg)
+            pipe.image_processor = (CLIPImageProcessorConfig.from_folder(ckpt.image_processor)
+                                    if ckpt.image_processor is not None else CLIPImageProcessorConfig())
+        pipe.load_seconds += time.perf_counter() - t0
+        return pipe
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def latent_channels(self) -> int:
+        """Channels of the sampled latents (the VAE's ``z_dim``: 16, or 48 for Wan2.2 TI2V-5B)."""
+        return self.vae_cfg.z_dim
+
+    @property
+    def spatial_factor(self) -> int:
+        """Pixels per latent pixel (8, or 16 with the Wan2.2 VAE)."""
+        return self.vae_cfg.spatial_compression
+
+    @property
+    def size_multiple(self) -> int:
+        """Height and width must be multiples of this: VAE factor x transformer patch (16, or 32 for TI2V-5B)."""
+        return self.spatial_factor * self.transformer_cfg.patch_size[1]
+
+    @property
+    def condition_mode(self) -> str:
+        """``"concat"`` (mask + image latents as extra channels), ``"expand"`` (TI2V first-frame
+        replacement with per-token timesteps) or ``"t2v"`` (no image condition)."""
+        if self.transformer_cfg.in_channels == self.latent_channels + 4 + self.latent_channels:
+            return "concat"
+        return "expand" if self.expand_timesteps else "t2v"
+
+    # -- stages ----------------------------------------------------------------------
+
+    def encode_image(self, images: list) -> jax.Array:
+        """CLIP penultimate hidden states of ``images`` (PIL): float32 ``(len(images), 257, 1280)``."""
+        params, cfg = self.image_encoder
+        return encode_images(params, cfg, preprocess_images(images, self.image_processor))
+
+    def check_size(self, height: int, width: int, num_frames: int) -> tuple[int, int, int]:
+        """Round a size the model cannot run down as the reference does, warning about each change.
+
+        ``num_frames`` to ``num_frames // 4 * 4 + 1`` (at least 1), height and width down to
+        multiples of :attr:`size_multiple`.
+
+        Returns:
+          ``(height, width, num_frames)``.
+
+        Raises:
+          ValueError: a non-positive value, or a side that rounds to 0.
+        """
+        for name, v in (("height", height), ("width", width), ("num_frames", num_frames)):
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name}={v} must be a positive integer")
+        if num_frames % TEMPORAL != 1:
+            rounded = max(num_frames // TEMPORAL * TEMPORAL + 1, 1)
+            warnings.warn(f"num_frames - 1 must be divisible by {TEMPORAL}; rounding num_frames={num_frames} down to "
+                          f"{rounded} (as the reference does)", UserWarning, stacklevel=3)
+            num_frames = rounded
+        m = self.size_multiple
+        h, w = height // m * m, width // m * m
+        if h < m or w < m:
+            raise ValueError(f"height={height} and width={width} must be at least {m} (multiples of {m})")
+        if (h, w) != (height, width):
+            warnings.warn(f"height and width must be multiples of {m}; adjusting ({height}, {width}) -> ({h}, {w}) "
+                          "(as the reference does)", UserWarning, stacklevel=3)
+        return int(h), int(w), int(num_frames)
+
+    def output_size(self, image=None, height: int | None = None, width: int | None = None,
+                    max_area: int | None = None) -> tuple[int, int]:
+        """The video size ``(height, width)``: explicit ``height``/``width``; else from the image's aspect
+        ratio at ``max_area`` (default :data:`DEFAULT_MAX_AREA`; :func:`size_for_image`); else 480 x 832.
+
+        Raises:
+          ValueError: only one of height and width given.
+        """
+        if (height is None) != (width is None):
+            raise ValueError("pass both height and width, or neither (the size then follows the image)")
+        if height is not None:
+            return height, width
+        if image is None:
+            return 480, 832
+        return size_for_image(image.height, image.width, max_area or DEFAULT_MAX_AREA, self.size_multiple)
+
+    def prepare_condition(self, image, last_image, batch: int, height: int, width: int, num_frames: int):
+        """VAE-encode the conditioning frame(s): the ``condition`` (and ``mask``) of :func:`_video_step`.
+
+        Returns:
+          ``(condition, mask)``: ``"concat"``: float32 ``(B, 4 + z, T, h, w)`` and None;
+          ``"expand"``: float32 ``(1, z, 1, h, w)`` and ``(1, 1, T, h, w)``.
+        """
+        f = self.spatial_factor
+        lh, lw = height // f, width // f
+        t = (num_frames - 1) // TEMPORAL + 1
+        first = vae_pixels(image, height, width)
+        if self.condition_mode == "expand":
+            video = first[None, :, None]
+        else:
+            frames = [first[:, None], np.zeros((3, num_frames - (2 if last_image is not None else 1), height, width),
+                                               np.float32)]
+            if last_image is not None:
+                frames.append(vae_pixels(last_image, height, width)[:, None])
+            video = np.concatenate(frames, axis=1)[None]
+        device = _first_device(self.vae_params)
+        mean, _ = wan_vae.encode(self.vae_params, self.vae_cfg, jax.device_put(jnp.asarray(video), device))
+        latent = wan_vae.normalize_latents(self.vae_cfg, mean.astype(jnp.float32))  # retrieve_latents(argmax)
+        if self.condition_mode == "expand":
+            mask = np.ones((1, 1, t, lh, lw), np.float32)
+            mask[:, :, 0] = 0
+            return latent, jnp.asarray(mask)
+        mask = jnp.asarray(frame_mask(num_frames, lh, lw, last_image is not None))
+        cond = jnp.concatenate([mask, latent], axis=1)
+        return jnp.broadcast_to(cond, (batch, *cond.shape[1:])), None
+
+    # -- generation ------------------------------------------------------------------
+
+    def __call__(
+        self,
+        prompt: str | list[str],
+        negative_prompt: str | list[str] | None = None,
+        *,
+        image: Any = None,
+        last_image: Any = None,
+        height: int | None = None,
+        width: int | None = None,
+        max_area: int | None = None,
+        num_frames: int = 81,
+        num_inference_steps: int = 50,
+        guidance_scale: float = 5.0,
+        guidance_scale_2: float | None = None,
+        flow_shift: float | None = None,
+        sampler: str | None = None,
+        seed: int = 0,
+        latents: np.ndarray | None = None,
+        output_type: str = "uint8",
+        progress: bool = True,
+    ) -> WanOutput:
+        """Generate videos, from an image (I2V), two images (FLF2V) or text alone (T2V).
+
+        Args:
+          prompt: one prompt or a list (batch).
+          image: the first frame: a path, a PIL image or a uint8 array (see :func:`load_image`);
+            required by image-conditioned checkpoints (36 input channels), optional for TI2V-5B,
+            not accepted by text-only checkpoints.
+          negative_prompt: for classifier-free guidance; default "".
+          last_image: the last frame (FLF2V; Wan2.1 needs an FLF2V checkpoint, Wan2.2 A14B I2V takes it too).
+          height, width: output size; default from the image at ``max_area`` (:func:`size_for_image`),
+            or 480 x 832 without an image. Rounded down to multiples of :attr:`size_multiple` with a warning.
+          max_area: target pixel count for the image rule (default 480 * 832).
+          num_frames: ``4k + 1`` frames (others are rounded down with a warning, as the reference does).
+          num_inference_steps, flow_shift, sampler, seed: as :meth:`WanPipeline.__call__`.
+          guidance_scale: CFG scale (of the high-noise expert for A14B); guidance is off at 1.0 or below.
+          guidance_scale_2: the low-noise expert's scale (A14B only; default ``guidance_scale``).
+          latents: explicit initial noise float32 ``(B, z, (F-1)/4+1, H/f, W/f)``.
+          output_type: "uint8" or "float".
+          progress: show a progress bar.
+
+        Returns:
+          :class:`WanOutput`: frames ``(B, F, H, W, 3)``; metrics add ``image_encoder_s``,
+          ``vae_encode_s``, ``expert_switch_step`` and ``expert_swaps``.
+
+        Raises:
+          ImageError: a missing, unreadable or too small image. ValueError: an image for a text-only
+          checkpoint or none for an image checkpoint, a last image without FLF2V support,
+          ``guidance_scale_2`` without a second expert, mismatched prompts or latents.
+        """
+        tcfg = self.transformer_cfg
+        mode = self.condition_mode
+        if mode == "expand" and image is None:
+            mode = "t2v"  # TI2V-5B text-to-video: every token at t (per-sample AdaLN computes the same)
+        if image is None and mode == "concat":
+            raise ValueError("this checkpoint is image-to-video: pass image= (the first frame)")
+        if image is not None and mode == "t2v":
+            raise ValueError("this checkpoint is text-to-video only: it takes no image")
+        if last_image is not None and (image is None or mode != "concat"):
+            raise ValueError("last_image needs image and a first-last-frame capable checkpoint (36 input channels)")
+        if last_image is not None and tcfg.has_image_input and tcfg.pos_embed_seq_len is None:
+            raise ValueError("this Wan2.1 I2V checkpoint has no FLF2V image position embedding (pos_embed_seq_len); "
+                             "use an FLF2V checkpoint for last_image")
+        if guidance_scale_2 is not None and self.boundary_ratio is None:
+            raise ValueError("guidance_scale_2 is only supported by two-expert checkpoints (boundary_ratio set)")
+        image = None if image is None else load_image(image, "image")
+        last_image = None if last_image is None else load_image(last_image, "last image")
+        h0, w0 = self.output_size(image, height, width, max_area)
+        height, width, num_frames = self.check_size(h0, w0, num_frames)
+        if last_image is not None and num_frames < 1 + TEMPORAL:
+            raise ValueError(f"with last_image, num_frames must be at least {1 + TEMPORAL} (first and last frame "
+                             f"are different frames), got {num_frames}")
+        if guidance_scale_2 is None:
+            guidance_scale_2 = guidance_scale
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        guided = guidance_scale > 1.0
+        negatives = negative_prompt if negative_prompt is not None else ""
+        negatives = [negatives] * len(prompts) if isinstance(negatives, str) else list(negatives)
+        if len(negatives) != len(prompts):
+            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
+        b = len(prompts)
+        check_parallel(tcfg, self.mesh, self.rules, batch=2 * b if guided else b)
+        f = self.spatial_factor
+        shape = (b, self.latent_channels, (num_frames - 1) // TEMPORAL + 1, height // f, width // f)
+        if latents is not None and tuple(latents.shape) != shape:
+            raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} for these sizes")
+        metrics: dict[str, Any] = {"load_s": self.load_seconds, "height": height, "width": width,
+                                   "num_frames": num_frames}
+
+        t0 = time.perf_counter()
+        text = self.encode_prompt(prompts + negatives if guided else prompts)
+        dtype = _compute_dtype(self.experts)
+        context = text.astype(dtype)
+        jax.block_until_ready(context)
+        metrics["text_encoder_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        image_context = None
+        if tcfg.has_image_input:
+            states = self.encode_image([image] if last_image is None else [image, last_image])
+            # FLF2V: first frame's tokens then the last frame's, one row per sample (diffusers views (2B, L) as (B, 2L)).
+            states = states.reshape(1, -1, states.shape[-1])
+            image_context = jnp.broadcast_to(states, (b, *states.shape[1:])).astype(dtype)
+        metrics["image_encoder_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        condition = mask = None
+        if mode != "t2v":
+            condition, mask = self.prepare_condition(image, last_image, b, height, width, num_frames)
+            jax.block_until_ready(condition)
+        metrics["vae_encode_s"] = time.perf_counter() - t0
+
+        scheduler = self.make_scheduler(sampler, flow_shift)
+        state = scheduler.set_timesteps(num_inference_steps)
+        boundary = boundary_timestep(self.boundary_ratio, scheduler.num_train_timesteps)
+        if latents is None:
+            x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+        else:
+            x = jnp.asarray(latents, jnp.float32)
+        cos, sin = (jnp.asarray(a) for a in rope_tables(tcfg, (b, tcfg.in_channels, *shape[2:])))
+        scales = (jnp.float32(guidance_scale), jnp.float32(guidance_scale_2))
+        step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided, mode=mode, mesh=self.mesh,
+                         rules=self.rules)
+        metrics.update(self._parallel_metrics())
+        aux_device = _first_device(self.vae_params)
+        x, context, cos, sin = self._to_mesh(x, context, cos, sin)
+        condition, mask, image_context = (None if a is None else self._to_mesh(a)[0]
+                                          for a in (condition, mask, image_context))
+        scales = self._to_mesh(*scales)
+        swaps_before = self.experts.swaps
+
+        with _mesh_context(self.mesh):
+            t0 = time.perf_counter()
+            t_arg = self._to_mesh(jnp.zeros((b,), jnp.float32))[0]
+            first = expert_for_timestep(state.timesteps[0], boundary) if state.num_inference_steps else HIGH_NOISE
+            compiled = self._video_step.lower(self.experts.get(first), x, condition, mask, t_arg, context,
+                                              image_context, cos, sin, scales[0], **step_args).compile()
+            metrics["compile_s"] = time.perf_counter() - t0
+
+            step_times, experts_used = [], []
+            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
+                ts = time.perf_counter()
+                k = expert_for_timestep(state.timesteps[i], boundary)
+                params = self.experts.get(k)
+                experts_used.append(k)
+                t_arg = self._to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32))[0]
+                noise_pred = compiled(params, x, condition, mask, t_arg, context, image_context, cos, sin, scales[k])
+                x, state = scheduler.step(state, noise_pred, x, i)
+                jax.block_until_ready(x)
+                step_times.append(time.perf_counter() - ts)
+        metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
+        metrics["sampling_s"] = float(np.sum(step_times))
+        metrics["experts"] = experts_used
+        metrics["expert_switch_step"] = next((i for i, k in enumerate(experts_used) if k != HIGH_NOISE), None)
+        metrics["expert_swaps"] = self.experts.swaps - swaps_before
+        metrics["expert_residency"] = self.experts.residency
+
+        t0 = time.perf_counter()
+        x = jax.device_put(x, aux_device)
+        if mode == "expand":
+            x = (1 - jax.device_put(mask, aux_device)) * jax.device_put(condition, aux_device) \
+                + jax.device_put(mask, aux_device) * x
+        video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
+        video = np.asarray(video, np.float32)
+        metrics["vae_decode_s"] = time.perf_counter() - t0
+        frames = np.clip(video.transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
+        if output_type == "uint8":
+            frames = np.round(frames * 255.0).astype(np.uint8)
+        elif output_type != "float":
+            raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
+        metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+        return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
+
+    def compilations(self) -> int:
+        """How many times the step has been compiled by this pipeline."""
+        return self._video_step._cache_size()
+
+
+def _compute_dtype(experts: ExpertSet):
+    # The resident expert's weight dtype (both experts share it); never triggers a swap.
+    return experts.get(experts.resident()[0])["patch_embedding"]["kernel"].dtype
