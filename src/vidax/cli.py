@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --image and no --height/--width: output pixels (the image's aspect ratio is kept)")
     g.add_argument("--guidance-scale-2", type=float, default=None,
                    help="Wan2.2 A14B: guidance of the low-noise expert (default: --guidance-scale)")
-    g.add_argument("--preset", choices=sorted(PRESETS), default=None,
+    g.add_argument("--preset", choices=sorted(PRESETS) + sorted(_cogvideox_presets()), default=None,
                    help="reference settings of a benchmark row (size, frames, steps, shift, dtype)")
     g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16")
     g.add_argument("--width", type=int, default=None, help="pixels, multiple of 16")
@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, default=None, help="sampler steps")
     g.add_argument("--guidance-scale", type=float, default=None)
     g.add_argument("--flow-shift", type=float, default=None, help="default: the checkpoint scheduler's shift")
-    g.add_argument("--sampler", choices=["unipc", "euler"], default=None, help="default: the checkpoint's (UniPC)")
+    g.add_argument("--sampler", choices=["unipc", "euler", "ddim", "dpm"], default=None,
+                   help="default: the checkpoint's (UniPC for Wan, DDIM for CogVideoX; ddim/dpm are CogVideoX samplers)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
     g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash"], default="auto",
@@ -147,8 +148,61 @@ def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fp
     return True
 
 
+def _cogvideox_presets() -> dict:
+    from vidax.models.cogvideox.config import PRESETS as COGVIDEOX_PRESETS
+
+    return COGVIDEOX_PRESETS
+
+
+def _is_cogvideox(args) -> bool:
+    """A CogVideoX preset, or a checkpoint whose model_index.json names a CogVideoX pipeline."""
+    if args.preset in _cogvideox_presets():
+        return True
+    index = Path(args.checkpoint) / "model_index.json"
+    try:
+        return index.is_file() and str(json.loads(index.read_text()).get("_class_name", "")).startswith("CogVideoX")
+    except json.JSONDecodeError:
+        return False
+
+
+def generate_cogvideox(args) -> int:
+    """``vidax generate`` for a CogVideoX text-to-video folder (presets ``cogvideox-*``)."""
+    from vidax.models.cogvideox.pipeline import CogVideoXPipeline
+
+    if args.image or args.last_image:
+        raise ValueError("vidax generate runs CogVideoX text-to-video; for image-to-video use "
+                         "vidax.models.cogvideox.pipeline.CogVideoXImageToVideoPipeline from Python")
+    pr = _cogvideox_presets().get(args.preset)
+    height = args.height or (pr.height if pr else 480)
+    width = args.width or (pr.width if pr else 720)
+    num_frames = args.num_frames or (pr.num_frames if pr else 49)
+    steps = args.steps or (pr.num_inference_steps if pr else 50)
+    guidance = args.guidance_scale if args.guidance_scale is not None else (pr.guidance_scale if pr else 6.0)
+    sampler = args.sampler or (pr.sampler if pr else None)
+    if sampler not in (None, "ddim", "dpm"):
+        raise ValueError(f"--sampler {sampler} is not a CogVideoX sampler; choose ddim or dpm")
+    out = Path(args.out)
+    if out.suffix.lower() != ".mp4":
+        raise ValueError(f"--out {out} must end in .mp4")
+    t0 = time.perf_counter()
+    pipe = CogVideoXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
+                                             attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp)
+    result = pipe(args.prompt, args.negative_prompt, height=height, width=width, num_frames=num_frames,
+                  num_inference_steps=steps, guidance_scale=guidance,
+                  use_dynamic_cfg=pr.use_dynamic_cfg if pr else False, sampler=sampler, seed=args.seed,
+                  vae_tiling=pr.vae_tiling if pr else None, progress=not args.no_progress)
+    m = dict(result.metrics, total_s=time.perf_counter() - t0, height=height, width=width, num_frames=num_frames,
+             steps=steps, out=str(out))
+    if write_outputs(result.frames[0], m, out, args.metrics_json, args.fps or result.fps):
+        print(f"wrote {out}: {num_frames} frames {width}x{height} in {m['total_s']:.1f}s")
+    return 0
+
+
 def generate(args) -> int:
     from vidax.models.wan.pipeline import WanPipeline, check_checkpoint_dir, check_inputs
+
+    if _is_cogvideox(args):
+        return generate_cogvideox(args)
 
     if _general_task(args):
         if args.auto_split:
