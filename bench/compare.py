@@ -1,0 +1,936 @@
+"""vidax against diffusers, side by side: same machine, same checkpoint folder, same inputs, one run.
+
+Both pipelines load the same diffusers-layout checkpoint folder (random weights, written once by
+``vidax.models.wan.demo.write_demo_checkpoint`` in exactly the layout diffusers' ``save_pretrained``
+writes, cached under ``bench/.cache/compare-<config>``) and run the same prompt, negative prompt
+and initial latents. Every contender runs in its own process; measurements of the two contenders
+alternate, so drift in the (shared) machine's load hits both alike. Reported: median and spread
+(min-max) over ``--repeats`` runs of
+
+- the transformer step with classifier-free guidance (both halves), compilation excluded: vidax's
+  pipeline step (``WanPipeline._step`` lowered and compiled ahead of time on a batch of 2, as the
+  pipeline does); diffusers: two ``transformer(...)`` calls and the guidance combination, as
+  ``diffusers.WanPipeline.__call__`` does, under ``torch.no_grad()``; at several token counts;
+- vidax's step compile time: cold (a fresh process, empty JAX cache) and from the JAX persistent
+  compilation cache (``jax_compilation_cache_dir``, ``jax_persistent_cache_min_compile_time_secs=0``);
+- text-encoder time (prompt and negative prompt) and VAE decode time, warm and first call;
+- a short end-to-end generation (load + ``pipe(...)``), each run in a fresh process, with its
+  peak resident memory (``VmHWM`` of ``/proc/self/status``) and its load time and host bytes read
+  (``/proc/self/io`` ``rchar`` / ``read_bytes``, files in the page cache);
+- bf16 (both) step time at some token counts, as a second table.
+
+Usage::
+
+    python -m bench.compare [--config a] [--repeats N]   # writes docs/benchmarks/compare-<config>.json,
+                                                          # docs/benchmarks/step_time.png and its section
+    python -m bench.compare --smoke --out /tmp/x.json     # tiny config, seconds, no docs written
+
+New model families: add a :class:`Family` (checkpoint writer + one contender class per engine) to
+``FAMILIES`` and a :class:`BenchConfig` row naming it to ``CONFIGS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench._report import DOCS, machine, replace_section, versions
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "bench" / ".cache"
+PROMPT = "A majestic red panda climbing a bamboo tree in the snow, 4k"
+NEGATIVE = "blurry, static, low quality"
+GUIDANCE = 5.0
+RESULT = "@@RESULT "  # prefix of the worker's protocol lines (library chatter goes to stderr)
+
+
+# ------------------------------------------------------------------------------------ configurations
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark configuration (a row of :data:`CONFIGS`).
+
+    Attributes:
+      family: key of :data:`FAMILIES`.
+      transformer, vae, text: ``config.json`` overrides of each component of the checkpoint.
+      base: ``(frames, height, width)`` of the end-to-end generation, text, VAE and memory runs.
+      sweep: ``(frames, height, width)`` at which the fp32 step is timed (the plot's x axis).
+      bf16_sweep: the same for the bf16 step (empty: no bf16 table).
+      steps: sampler steps of the end-to-end generation.
+      repeats: default ``--repeats``.
+      note: what the configuration stands for, printed in the report.
+    """
+
+    name: str
+    family: str
+    transformer: dict
+    vae: dict
+    text: dict
+    base: tuple[int, int, int]
+    sweep: tuple[tuple[int, int, int], ...]
+    bf16_sweep: tuple[tuple[int, int, int], ...] = ()
+    steps: int = 2
+    repeats: int = 3
+    note: str = ""
+    docs: bool = True  # write docs/ (the smoke configuration does not)
+
+
+# Wan2.1 1.3B transformer width (12 heads x 128 = 1536, ffn 8960, text_dim 4096, freq_dim 256), 2 of its
+# 30 layers; Wan2.1 VAE at its real width (base_dim 96, 2 residual blocks per stage); UMT5 at the real
+# model width 4096 (so the transformer's text embedder is real) but 2 thin layers.
+_WAN13B_WIDTH = dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, freq_dim=256, num_layers=2)
+_WAN_VAE = dict(base_dim=96, num_res_blocks=2)
+_UMT5_THIN = dict(d_model=4096, num_heads=8, d_kv=64, d_ff=1024, num_layers=2)
+
+CONFIGS: dict[str, BenchConfig] = {
+    c.name: c
+    for c in [
+        BenchConfig(
+            "a", "wan2.1", _WAN13B_WIDTH, _WAN_VAE, _UMT5_THIN,
+            base=(5, 128, 128),
+            sweep=((5, 128, 128), (9, 128, 128), (17, 192, 192), (17, 256, 256)),
+            bf16_sweep=((9, 128, 128), (9, 192, 192)),
+            note="Wan2.1 1.3B width (dim 1536 = 12 x 128, ffn 8960, text_dim 4096), 2 of 30 layers; "
+                 "Wan2.1 VAE at full width (base_dim 96); UMT5 4096 wide, 2 thin layers (8 heads x 64, d_ff 1024)",
+        ),
+        BenchConfig(
+            "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
+            repeats=1, note="tiny demo shapes (harness test only)", docs=False,
+        ),
+    ]
+}
+
+
+# ------------------------------------------------------------------------------------ process probes
+
+
+def _proc_status() -> dict:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "Threads"):
+                parts = v.split()
+                out[k] = int(parts[0]) * (1024 if len(parts) > 1 else 1)
+    return out
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)  # all threads of this process
+    return r.ru_utime + r.ru_stime
+
+
+def _proc_io() -> dict:
+    try:
+        with open("/proc/self/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f)}
+    except OSError:
+        return {}
+
+
+# ------------------------------------------------------------------------------------ Wan family
+
+
+def _wan_latent_shape(frames: int, height: int, width: int) -> tuple[int, ...]:
+    return (1, 16, (frames - 1) // 4 + 1, height // 8, width // 8)
+
+
+def _wan_tokens(cfg: BenchConfig, frames: int, height: int, width: int) -> int:
+    pt, ph, pw = cfg.transformer.get("patch_size", (1, 2, 2))
+    _, _, t, h, w = _wan_latent_shape(frames, height, width)
+    return (t // pt) * (h // ph) * (w // pw)
+
+
+def _wan_convert(src: Path, dst: Path) -> bool:
+    """The same checkpoint translated once by ``vidax convert`` (vidax layout, loads as a plain copy)."""
+    try:
+        from vidax.models.wan.convert import convert_checkpoint
+    except ImportError:
+        return False
+    convert_checkpoint(src, dst, dtype="float32", text_encoder_dtype="float32", vae_dtype="float32")
+    return True
+
+
+def _wan_write(folder: Path, cfg: BenchConfig) -> None:
+    from vidax.models.wan.demo import write_demo_checkpoint
+
+    write_demo_checkpoint(folder, seed=0, transformer_overrides=dict(cfg.transformer),
+                          vae_overrides=dict(cfg.vae), text_overrides=dict(cfg.text))
+
+
+class WanVidax:
+    """vidax's ``WanPipeline`` (JAX), measured through its own stages."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        import jax
+
+        self.cache_events = {"hits": 0, "requests": 0}
+        if jax_cache:
+            jax.config.update("jax_compilation_cache_dir", jax_cache)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+            jax.config.update("jax_explain_cache_misses", True)  # misses named in the worker's log
+
+            def count(event, **kw):
+                if event == "/jax/compilation_cache/cache_hits":
+                    self.cache_events["hits"] += 1
+                elif event == "/jax/compilation_cache/compile_requests_use_cache":
+                    self.cache_events["requests"] += 1
+
+            jax.monitoring.register_event_listener(count)
+        import jax.numpy as jnp
+
+        from vidax.models.wan import vae as wan_vae  # noqa: F401  (imports are not load time)
+        from vidax.models.wan.pipeline import WanPipeline  # noqa: F401
+
+        jnp.zeros(1).block_until_ready()  # backend start-up is not load time
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+
+        from vidax.models.wan.pipeline import WanPipeline
+
+        self.pipe = WanPipeline.from_pretrained(self.folder, dtype=self.dtype)
+        jax.block_until_ready(self.pipe.transformer_params)
+
+    def encode(self) -> None:
+        import jax
+
+        pipe = self.pipe
+        text = pipe.encode_prompt([PROMPT, NEGATIVE])
+        self.context = text.astype(pipe.transformer_params["patch_embedding"]["kernel"].dtype)
+        jax.block_until_ready(self.context)
+
+    def prepare(self, latents) -> float:
+        """Compile the guided step for this latent shape (as ``WanPipeline.__call__`` does); return seconds."""
+        import jax.numpy as jnp
+
+        from vidax.models.wan.transformer import rope_tables
+
+        pipe = self.pipe
+        cos, sin = (jnp.asarray(a) for a in rope_tables(pipe.transformer_cfg, latents.shape))
+        b = latents.shape[0]
+        self.args = (pipe.transformer_params, jnp.asarray(latents), jnp.full((b,), 999.0, jnp.float32), self.context,
+                     cos, sin, jnp.float32(GUIDANCE))
+        t0 = time.perf_counter()
+        self.compiled = pipe._step.lower(*self.args, cfg=pipe.transformer_cfg, attention_impl=pipe.attention,
+                                         guided=True).compile()
+        return time.perf_counter() - t0
+
+    def step(self) -> None:
+        import jax
+
+        jax.block_until_ready(self.compiled(*self.args))
+
+    def decode(self, latents):
+        import jax.numpy as jnp
+        import numpy as np
+
+        from vidax.models.wan import vae as wan_vae
+
+        z = wan_vae.denormalize_latents(self.pipe.vae_cfg, jnp.asarray(latents))
+        return np.asarray(wan_vae.decode(self.pipe.vae_params, self.pipe.vae_cfg, z))
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        out = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                        guidance_scale=GUIDANCE, latents=latents, output_type="float", progress=False)
+        m = out.metrics
+        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
+        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
+                            "jax_cache_requests": self.cache_events["requests"]}
+
+    def threads(self) -> dict:
+        return {"engine_threads": f"XLA:CPU (cpu_count {os.cpu_count()})"}
+
+
+class WanDiffusers:
+    """diffusers' ``WanPipeline`` (PyTorch, CPU), with ``torch.set_num_threads`` left at its default."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        import torch
+        from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel  # noqa: F401
+        from transformers import UMT5EncoderModel  # noqa: F401
+
+        torch.zeros(1)
+        self.torch = torch
+        self.folder = folder
+        self.tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+    def load(self) -> None:
+        from diffusers import WanPipeline, WanTransformer3DModel
+
+        torch = self.torch
+        if self.tdtype == torch.float32:
+            pipe = WanPipeline.from_pretrained(self.folder, dtype=torch.float32)
+        else:  # as vidax's dtype: only the transformer in bf16 (its fp32-kept modules stay fp32)
+            tr = WanTransformer3DModel.from_pretrained(self.folder / "transformer", dtype=self.tdtype)
+            pipe = WanPipeline.from_pretrained(self.folder, transformer=tr, dtype=torch.float32)
+        pipe.set_progress_bar_config(disable=True)
+        self.pipe = pipe
+
+    def encode(self) -> None:
+        with self.torch.no_grad():
+            pe, ne = self.pipe.encode_prompt(PROMPT, NEGATIVE, do_classifier_free_guidance=True, max_sequence_length=512)
+        self.pe, self.ne = pe.to(self.tdtype), ne.to(self.tdtype)
+
+    def prepare(self, latents) -> float:
+        torch = self.torch
+        self.x = torch.from_numpy(latents).to(self.tdtype)  # the pipeline's latent_model_input
+        self.t = torch.full((latents.shape[0],), 999.0)
+        return 0.0
+
+    def step(self) -> None:
+        tr = self.pipe.transformer
+        with self.torch.no_grad():  # diffusers.WanPipeline.__call__, one denoising step
+            with tr.cache_context("cond", step_index=0, sigma=1.0, num_inference_steps=1):
+                cond = tr(hidden_states=self.x, timestep=self.t, encoder_hidden_states=self.pe, attention_kwargs=None,
+                          return_dict=False)[0]
+            with tr.cache_context("uncond", step_index=0, sigma=1.0, num_inference_steps=1):
+                uncond = tr(hidden_states=self.x, timestep=self.t, encoder_hidden_states=self.ne, attention_kwargs=None,
+                            return_dict=False)[0]
+            self.noise_pred = uncond + GUIDANCE * (cond - uncond)
+
+    def decode(self, latents):
+        torch = self.torch
+        vae = self.pipe.vae
+        z = torch.from_numpy(latents).to(vae.dtype)
+        mean = torch.tensor(vae.config.latents_mean).view(1, vae.config.z_dim, 1, 1, 1)
+        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, vae.config.z_dim, 1, 1, 1)
+        with torch.no_grad():
+            return vae.decode(z / inv_std + mean, return_dict=False)[0].float().numpy()
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        torch, pipe = self.torch, self.pipe
+        times: dict[str, float] = {"text_encoder_s": 0.0, "vae_decode_s": 0.0}
+        marks: list[float] = []
+
+        def timed(name, fn):
+            def wrapper(*a, **k):
+                t0 = time.perf_counter()
+                r = fn(*a, **k)
+                times[name] += time.perf_counter() - t0
+                if name == "text_encoder_s":
+                    marks.append(time.perf_counter())
+                return r
+            return wrapper
+
+        enc, dec = pipe.encode_prompt, pipe.vae.decode
+        pipe.encode_prompt = timed("text_encoder_s", enc)
+        pipe.vae.decode = timed("vae_decode_s", dec)
+
+        def on_step(_pipe, i, t, kw):
+            marks.append(time.perf_counter())
+            return kw
+
+        try:
+            with torch.no_grad():
+                frames_out = pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames,
+                                  num_inference_steps=steps, guidance_scale=GUIDANCE,
+                                  latents=torch.from_numpy(latents), output_type="np", callback_on_step_end=on_step).frames
+        finally:
+            del pipe.encode_prompt, pipe.vae.decode
+        step_times = [b - a for a, b in zip(marks, marks[1:])]
+        times["step_s"] = statistics.median(step_times) if step_times else 0.0
+        return frames_out, times
+
+    def threads(self) -> dict:
+        torch = self.torch
+        return {"engine_threads": f"torch intra-op {torch.get_num_threads()}, inter-op {torch.get_num_interop_threads()}",
+                "torch_num_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads()}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
+
+    write_checkpoint: Any  # (folder, BenchConfig) -> None
+    convert: Any  # (src folder, dst folder) -> bool: vidax's own translated layout, if the family has one
+    latent_shape: Any  # (frames, height, width) -> tuple
+    tokens: Any  # (BenchConfig, frames, height, width) -> int
+    contenders: dict = field(default_factory=dict)  # name -> class(folder, dtype, jax_cache)
+
+
+FAMILIES: dict[str, Family] = {
+    "wan2.1": Family(_wan_write, _wan_convert, _wan_latent_shape, _wan_tokens, {"vidax": WanVidax, "diffusers": WanDiffusers}),
+}
+
+
+# ------------------------------------------------------------------------------------ worker process
+
+
+def _latents(shape, seed: int = 0):
+    import numpy as np
+
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def worker(contender: str, config: str, dtype: str, folder: str, jax_cache: str | None) -> int:
+    """Serve measurement commands, one JSON object per stdin line; answer on the original stdout."""
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # anything the libraries print goes to stderr, not into the protocol
+    results = os.fdopen(result_fd, "w", buffering=1)
+    cfg = CONFIGS[config]
+    fam = FAMILIES[cfg.family]
+    t0 = time.perf_counter()
+    engine = fam.contenders[contender](Path(folder), dtype, jax_cache)
+    import_s = time.perf_counter() - t0
+
+    def reply(obj):
+        results.write(RESULT + json.dumps(obj) + "\n")
+
+    reply({"ready": True, "import_s": import_s})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        try:
+            if op == "quit":
+                reply({"bye": True})
+                return 0
+            if op == "load":
+                io0 = _proc_io()
+                t0 = time.perf_counter()
+                engine.load()
+                s = time.perf_counter() - t0
+                io1 = _proc_io()
+                st = _proc_status()
+                reply({"seconds": s, "rchar": io1.get("rchar", 0) - io0.get("rchar", 0),
+                       "read_bytes": io1.get("read_bytes", 0) - io0.get("read_bytes", 0),
+                       "peak_rss": st.get("VmHWM", 0), "rss": st.get("VmRSS", 0)})
+            elif op in ("encode", "step"):
+                c0, t0 = _cpu_s(), time.perf_counter()
+                getattr(engine, op)()
+                # CPU seconds of all the process's threads: less sensitive than wall time to other jobs' load
+                reply({"seconds": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0})
+            elif op == "prepare":
+                reply({"compile_s": engine.prepare(_latents(fam.latent_shape(*cmd["shape"]), cmd.get("seed", 0)))})
+            elif op == "decode":
+                z = _latents(fam.latent_shape(*cmd["shape"]), 7)
+                t0 = time.perf_counter()
+                engine.decode(z)
+                reply({"seconds": time.perf_counter() - t0})
+            elif op == "generate":
+                f, h, w = cmd["shape"]
+                t0 = time.perf_counter()
+                frames, breakdown = engine.generate(f, h, w, cmd["steps"], _latents(fam.latent_shape(f, h, w)))
+                s = time.perf_counter() - t0
+                if cmd.get("save"):
+                    import numpy as np
+
+                    np.save(cmd["save"], np.asarray(frames, np.float32))
+                reply({"seconds": s, **breakdown})
+            elif op == "stats":
+                st = _proc_status()
+                reply({"peak_rss": st.get("VmHWM", 0), "rss": st.get("VmRSS", 0), "rss_anon": st.get("RssAnon", 0),
+                       "rss_file": st.get("RssFile", 0), "os_threads": st.get("Threads", 0), **engine.threads()})
+            else:
+                reply({"error": f"unknown op {op!r}"})
+        except Exception as e:  # report, keep serving: the parent decides
+            import traceback
+
+            traceback.print_exc()
+            reply({"error": f"{type(e).__name__}: {e}"})
+    return 0
+
+
+class Worker:
+    """A contender's process, driven command by command (only one contender computes at a time)."""
+
+    def __init__(self, contender: str, config: str, dtype: str, folder: Path, log: Path, jax_cache: str | None = None):
+        self.name = contender
+        cmd = [sys.executable, "-m", "bench.compare", "--worker", contender, "--config", config, "--dtype", dtype,
+               "--folder", str(folder)]
+        if jax_cache:
+            cmd += ["--jax-cache", jax_cache]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", DIFFUSERS_VERBOSITY="error",
+                   TQDM_DISABLE="1", JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"), PYTHONUNBUFFERED="1")
+        self.log = log
+        self._err = open(log, "a")
+        self.t_start = time.perf_counter()
+        self.p = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                  text=True, env=env)
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        for line in self.p.stdout:
+            if line.startswith(RESULT):
+                return json.loads(line[len(RESULT):])
+        tail = self.log.read_text().strip().splitlines()[-3:] if self.log.exists() else []
+        raise RuntimeError(f"{self.name} worker exited (code {self.p.wait()}): {' | '.join(tail)}")
+
+    loadavg: list[float] = []  # the machine's 1-minute load average at each command (shared machine: noise)
+
+    def call(self, op: str, **kw) -> dict:
+        Worker.loadavg.append(os.getloadavg()[0])
+        self.p.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.p.stdin.flush()
+        r = self._read()
+        if "error" in r:
+            raise RuntimeError(f"{self.name} {op}: {r['error']} (log: {self.log})")
+        return r
+
+    def close(self) -> float:
+        try:
+            self.call("quit")
+        except (RuntimeError, BrokenPipeError):
+            pass
+        self.p.wait()
+        self._err.close()
+        return time.perf_counter() - self.t_start
+
+
+# ------------------------------------------------------------------------------------ orchestration
+
+
+def checkpoint(cfg: BenchConfig) -> Path:
+    """The configuration's checkpoint folder, written once (random weights, diffusers layout)."""
+    folder = CACHE / f"compare-{cfg.name}"
+    if not (folder / "model_index.json").is_file():
+        print(f"writing the config {cfg.name!r} checkpoint to {folder} ...", flush=True)
+        t0 = time.perf_counter()
+        FAMILIES[cfg.family].write_checkpoint(folder, cfg)
+        print(f"  {time.perf_counter() - t0:.1f}s", flush=True)
+    return folder
+
+
+def converted(cfg: BenchConfig, folder: Path) -> Path | None:
+    """The checkpoint in vidax's translated layout (``vidax convert``), written once; None if unavailable."""
+    dst = CACHE / f"compare-{cfg.name}-vidax-layout"
+    if not dst.exists():
+        try:
+            if not FAMILIES[cfg.family].convert(folder, dst):
+                return None
+        except Exception as e:  # an engine without a converter, or one mid-change: skip that row
+            print(f"vidax convert failed ({type(e).__name__}: {e}); no converted-layout row", file=sys.stderr)
+            shutil.rmtree(dst, ignore_errors=True)
+            return None
+    return dst
+
+
+def _warm(folder: Path) -> None:
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                while f.read(64 << 20):
+                    pass
+
+
+def _stat(values: list[float]) -> dict:
+    values = [float(v) for v in values]
+    if not values:
+        return {}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "values": values}
+
+
+def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dict:
+    fam = FAMILIES[cfg.family]
+    folder = checkpoint(cfg)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for old in log_dir.glob("*.log"):
+        old.unlink()
+    jax_cache = CACHE / f"jax-cache-{cfg.name}"
+    rec: dict[str, Any] = {"config": cfg.name, "repeats": repeats, "checkpoint": str(folder.relative_to(ROOT)),
+                           "checkpoint_bytes": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())}
+    t_all = time.perf_counter()
+    w = lambda name, dtype="float32", cache=None, tag="": Worker(  # noqa: E731
+        name, cfg.name, dtype, folder, log_dir / f"{name}{tag}.log", cache)
+
+    # 1. Fresh processes: load, short end-to-end generation, peak RSS; vidax cold, diffusers, vidax from the cache.
+    fresh: dict[str, list[dict]] = {"vidax": [], "diffusers": [], "vidax-cached": []}
+    for r in range(repeats):
+        # vidax cold first (it fills the cache the cached run reads); diffusers before or after the cached run
+        for kind in ("vidax", "diffusers", "vidax-cached") if r % 2 == 0 else ("vidax", "vidax-cached", "diffusers"):
+            if kind == "vidax":
+                shutil.rmtree(jax_cache, ignore_errors=True)  # cold: empty cache (this run fills it)
+            _warm(folder)
+            wk = w(kind.split("-")[0], cache=str(jax_cache) if kind.startswith("vidax") else None, tag=f"-{kind}")
+            res = {"import_s": wk.ready["import_s"]}
+            res["load"] = wk.call("load")
+            save = str(log_dir / f"frames-{kind}.npy") if r == 0 else None
+            res["generate"] = wk.call("generate", shape=cfg.base, steps=cfg.steps, save=save)
+            res["stats"] = wk.call("stats")
+            res["process_s"] = wk.close()
+            fresh[kind].append(res)
+            g = res["generate"]
+            print(f"[fresh {r + 1}/{repeats}] {kind:13s} load {res['load']['seconds']:.2f}s  generate {g['seconds']:.2f}s"
+                  f" (compile {g.get('compile_s', 0):.2f}s)  peak RSS {res['stats']['peak_rss'] / 2**30:.2f} GiB", flush=True)
+    # 1b. vidax loading the same weights from its own translated layout (load and memory only).
+    conv = converted(cfg, folder)
+    if conv is not None:
+        fresh["vidax-converted"] = []
+        for r in range(repeats):
+            _warm(conv)
+            wk = Worker("vidax", cfg.name, "float32", conv, log_dir / "vidax-converted.log")
+            res = {"import_s": wk.ready["import_s"], "load": wk.call("load"), "stats": wk.call("stats")}
+            res["process_s"] = wk.close()
+            fresh["vidax-converted"].append(res)
+            print(f"[fresh {r + 1}/{repeats}] vidax-converted load {res['load']['seconds']:.2f}s  "
+                  f"peak RSS {res['stats']['peak_rss'] / 2**30:.2f} GiB", flush=True)
+    rec["fresh"] = fresh
+    try:
+        import numpy as np
+
+        a, b = np.load(log_dir / "frames-vidax.npy"), np.load(log_dir / "frames-diffusers.npy")
+        rec["frames_max_abs_diff"] = float(np.abs(a - b).max()) if a.shape == b.shape else None
+    except (OSError, ValueError):
+        rec["frames_max_abs_diff"] = None
+
+    # 2. Long-lived processes, alternated: text encoder, step sweep, VAE decode.
+    live = {n: w(n, tag="-live") for n in ("vidax", "diffusers")}
+    try:
+        for wk in live.values():
+            wk.call("load")
+        text = {n: [] for n in live}
+        first_text = {}
+        for r in range(repeats + 1):
+            for n, wk in _order(live, r):
+                s = wk.call("encode")["seconds"]
+                (text[n].append(s) if r else first_text.__setitem__(n, s))
+        rec["text_encoder"] = {n: {"warm": _stat(text[n]), "first_s": first_text[n]} for n in live}
+        rec["sweep"] = _sweep(live, cfg, cfg.sweep, repeats, "float32")
+        vae = {n: [] for n in live}
+        first_vae = {}
+        for r in range(repeats + 1):
+            for n, wk in _order(live, r):
+                s = wk.call("decode", shape=cfg.base)["seconds"]
+                (vae[n].append(s) if r else first_vae.__setitem__(n, s))
+                print(f"[vae {r}] {n}: {s:.2f}s", flush=True)
+        rec["vae_decode"] = {n: {"warm": _stat(vae[n]), "first_s": first_vae[n]} for n in live}
+        rec["live_stats"] = {n: wk.call("stats") for n, wk in live.items()}
+    finally:
+        for wk in live.values():
+            wk.close()
+
+    # 3. bf16 step (both engines' transformer in bf16; text encoder and VAE stay fp32 as vidax's defaults).
+    if bf16 and cfg.bf16_sweep:
+        live = {n: w(n, "bfloat16", tag="-bf16") for n in ("vidax", "diffusers")}
+        try:
+            for wk in live.values():
+                wk.call("load")
+                wk.call("encode")
+            rec["sweep_bf16"] = _sweep(live, cfg, cfg.bf16_sweep, repeats, "bfloat16")
+        finally:
+            for wk in live.values():
+                wk.close()
+    rec["total_s"] = time.perf_counter() - t_all
+    la = Worker.loadavg
+    rec["loadavg_1min"] = {"min": min(la), "median": statistics.median(la), "max": max(la), "cores": os.cpu_count()}
+    return rec
+
+
+def _order(live: dict, r: int):
+    """The contenders in A-B order on even rounds, B-A on odd ones (no fixed who-runs-first bias)."""
+    items = list(live.items())
+    return items if r % 2 == 0 else items[::-1]
+
+
+def _sweep(live: dict, cfg: BenchConfig, shapes, repeats: int, dtype: str) -> list[dict]:
+    fam = FAMILIES[cfg.family]
+    out = []
+    for shape in shapes:
+        row = {"shape": list(shape), "latent": list(fam.latent_shape(*shape)), "tokens": fam.tokens(cfg, *shape),
+               "dtype": dtype}
+        for n, wk in live.items():
+            row.setdefault("compile_s", {})[n] = wk.call("prepare", shape=shape)["compile_s"]
+            # warm-up: two steps (PyTorch's oneDNN needs two calls at a new shape to reach its steady speed)
+            row.setdefault("first_step_s", {})[n] = wk.call("step")["seconds"]
+            row.setdefault("second_step_s", {})[n] = wk.call("step")["seconds"]
+        times = {n: [] for n in live}
+        cpu = {n: [] for n in live}
+        for r in range(max(repeats, 5)):  # at least 5 rounds: the step is what noise hits hardest
+            for n, wk in _order(live, r):
+                res = wk.call("step")
+                times[n].append(res["seconds"])
+                cpu[n].append(res.get("cpu_s", 0.0))
+        row["step"] = {n: _stat(v) for n, v in times.items()}
+        row["step_cpu_s"] = {n: _stat(v) for n, v in cpu.items()}
+        if "vidax" in times and "diffusers" in times:  # ratios of the two measurements of one round (same load)
+            row["paired_ratio"] = _stat([a / b for a, b in zip(times["vidax"], times["diffusers"])])
+        print(f"[step {dtype}] {row['tokens']} tokens: " + ", ".join(
+            f"{n} {row['step'][n]['median']:.3f}s" for n in live), flush=True)
+        out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def summarize(rec: dict) -> dict:
+    """The headline figures: medians, spreads and ratios vidax/diffusers."""
+    f = rec["fresh"]
+
+    def fs(kind, *path):
+        vals = []
+        for run in f.get(kind, []):
+            v = run
+            for p in path:
+                v = v.get(p) if isinstance(v, dict) else None
+            if v is not None:
+                vals.append(v)
+        return _stat(vals)
+
+    s: dict[str, Any] = {}
+    base = rec["sweep"][0] if rec.get("sweep") else None
+    for row in rec.get("sweep", []):
+        if list(row["shape"]) == list(CONFIGS[rec["config"]].base):
+            base = row
+    if base:
+        s["step"] = {n: base["step"][n] for n in base["step"]}
+        s["step_tokens"] = base["tokens"]
+    s["compile_cold"] = fs("vidax", "generate", "compile_s")
+    s["compile_cached"] = fs("vidax-cached", "generate", "compile_s")
+    s["load"] = {n: fs(n, "load", "seconds") for n in ("vidax", "diffusers", "vidax-converted")}
+    s["peak_rss_converted_load"] = fs("vidax-converted", "stats", "peak_rss")
+    s["load_rchar"] = {n: fs(n, "load", "rchar") for n in ("vidax", "diffusers")}
+    s["load_read_bytes"] = {n: fs(n, "load", "read_bytes") for n in ("vidax", "diffusers")}
+    s["peak_rss"] = {n: fs(n, "stats", "peak_rss") for n in ("vidax", "diffusers", "vidax-cached")}
+    s["peak_rss_load"] = {n: fs(n, "load", "peak_rss") for n in ("vidax", "diffusers")}
+    s["generate"] = {n: fs(n, "generate", "seconds") for n in ("vidax", "diffusers", "vidax-cached")}
+    s["e2e"] = {n: _stat([r["load"]["seconds"] + r["generate"]["seconds"] for r in f.get(n, [])])
+                for n in ("vidax", "diffusers", "vidax-cached")}
+    s["import"] = {n: fs(n, "import_s") for n in ("vidax", "diffusers")}
+    s["text_encoder"] = {n: v["warm"] for n, v in rec.get("text_encoder", {}).items()}
+    s["vae_decode"] = {n: v["warm"] for n, v in rec.get("vae_decode", {}).items()}
+    ratios = {}
+    for key in ("step", "load", "peak_rss", "text_encoder", "vae_decode", "generate", "e2e"):
+        v, d = s.get(key, {}).get("vidax"), s.get(key, {}).get("diffusers")
+        if v and d and d.get("median"):
+            ratios[key] = v["median"] / d["median"]
+    sweep = [r for r in rec.get("sweep", []) if r["step"].get("vidax") and r["step"].get("diffusers")]
+    if sweep:
+        logs = [math.log(r["paired_ratio"]["median"] if "paired_ratio" in r else
+                         r["step"]["vidax"]["median"] / r["step"]["diffusers"]["median"]) for r in sweep]
+        ratios["step_sweep_geomean"] = math.exp(sum(logs) / len(logs))
+        cpu = [r["step_cpu_s"] for r in sweep
+               if all(r.get("step_cpu_s", {}).get(n, {}).get("median", 0) > 0 for n in ("vidax", "diffusers"))]
+        if cpu:
+            ratios["step_cpu_geomean"] = math.exp(sum(math.log(c["vidax"]["median"] / c["diffusers"]["median"])
+                                                      for c in cpu) / len(cpu))
+    s["ratio_vidax_over_diffusers"] = ratios
+    s["targets"] = {
+        "step <= 0.8x diffusers": ratios.get("step_sweep_geomean", ratios.get("step", 9)) <= 0.8,
+        "peak RSS <= 0.8x diffusers": ratios.get("peak_rss", 9) <= 0.8,
+        "load <= 0.5x diffusers": ratios.get("load", 9) <= 0.5,
+    }
+    return s
+
+
+def _fmt(st: dict | None, scale: float = 1.0, digits: int = 2) -> str:
+    if not st:
+        return "n/a"
+    if st.get("n", 1) == 1:
+        return f"{st['median'] / scale:.{digits}f}"
+    return f"{st['median'] / scale:.{digits}f} ({st['min'] / scale:.{digits}f}-{st['max'] / scale:.{digits}f})"
+
+
+def write_markdown(rec: dict, png: Path | None) -> None:
+    cfg = CONFIGS[rec["config"]]
+    s = rec["summary"]
+    GiB, MiB = 2**30, 2**20
+    ls = rec.get("live_stats", {})
+    f, h, w = cfg.base
+    lines = [
+        f"## vidax vs diffusers, CPU (config {cfg.name})",
+        "",
+        f"Generated by `python -m bench.compare --config {cfg.name} --repeats {rec['repeats']}` on {rec['date']} "
+        f"({rec['machine']}; Python {rec['python']}; " + ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
+        + f"); whole run {rec['total_s'] / 60:.1f} min.",
+        "",
+        f"Model: {cfg.note}; random fp32 weights written once in the diffusers layout "
+        f"({rec['checkpoint_bytes'] / 1e9:.2f} GB, `{rec['checkpoint']}`). Both engines load that folder and run the "
+        f"same prompt, negative prompt and initial latents; each contender in its own process, measurements "
+        f"alternated between the two; figures are median (min-max) of {rec['repeats']} runs. "
+        f"Threads: vidax {ls.get('vidax', {}).get('engine_threads', '?')}, {ls.get('vidax', {}).get('os_threads', '?')} "
+        f"OS threads; diffusers {ls.get('diffusers', {}).get('engine_threads', '?')}, "
+        f"{ls.get('diffusers', {}).get('os_threads', '?')} OS threads (defaults, not set). "
+        f"The machine was shared with other jobs during the run (1-minute load average "
+        f"{rec['loadavg_1min']['min']:.1f}-{rec['loadavg_1min']['max']:.1f}, median {rec['loadavg_1min']['median']:.1f}, "
+        f"on {rec['loadavg_1min']['cores']} cores): expect noise in the spreads.",
+        "",
+        "| fp32 | vidax | diffusers | vidax/diffusers |",
+        "|---|---|---|---|",
+    ]
+
+    def row(label, key, scale=1.0, digits=2):
+        v, d = s.get(key, {}).get("vidax"), s.get(key, {}).get("diffusers")
+        ratio = s["ratio_vidax_over_diffusers"].get(key)
+        lines.append(f"| {label} | {_fmt(v, scale, digits)} | {_fmt(d, scale, digits)} | "
+                     f"{'' if ratio is None else f'**{ratio:.2f}x**'} |")
+
+    row(f"transformer step with CFG, {s.get('step_tokens', '?')} tokens x 2, s", "step", digits=3)
+    lines.append(f"| step compile, cold (fresh process, empty cache), s | {_fmt(s['compile_cold'])} | none (eager) | |")
+    hits = [(r["generate"].get("jax_cache_hits", 0), r["generate"].get("jax_cache_requests", 0))
+            for r in rec["fresh"].get("vidax-cached", [])]
+    lines.append(f"| step compile, JAX persistent cache, s | {_fmt(s['compile_cached'])} | none (eager) | |")
+    if hits:
+        lines.append("| cache hits / programs compiled, per cached run | " + ", ".join(f"{h}/{n}" for h, n in hits) + " | | |")
+    row("text encoder, prompt + negative (warm), s", "text_encoder", digits=3)
+    te = rec.get("text_encoder", {})
+    if te:
+        lines.append(f"| text encoder, first call (vidax: compiles), s | {te['vidax']['first_s']:.2f} | "
+                     f"{te['diffusers']['first_s']:.2f} | |")
+    row(f"VAE decode {f}x{h}x{w} (warm), s", "vae_decode")
+    vd = rec.get("vae_decode", {})
+    if vd:
+        lines.append(f"| VAE decode, first call (vidax: compiles), s | {vd['vidax']['first_s']:.2f} | "
+                     f"{vd['diffusers']['first_s']:.2f} | |")
+    row(f"end to end, load + {cfg.steps}-step generation {f}x{h}x{w}, fresh process (vidax cold), s", "e2e")
+    lines.append(f"| end to end, vidax from the JAX persistent cache, s | {_fmt(s['e2e'].get('vidax-cached'))} | | "
+                 + (f"**{s['e2e']['vidax-cached']['median'] / s['e2e']['diffusers']['median']:.2f}x**"
+                    if s['e2e'].get('vidax-cached') and s['e2e'].get('diffusers') else "") + " |")
+    row("generation only (no load), vidax cold, s", "generate")
+    row("peak RSS (VmHWM) of the end-to-end process, GiB", "peak_rss", GiB)
+    lines.append(f"| peak RSS after loading, GiB | {_fmt(s['peak_rss_load'].get('vidax'), GiB)} | "
+                 f"{_fmt(s['peak_rss_load'].get('diffusers'), GiB)} | |")
+    row("checkpoint load, files (page cache) to ready model, s", "load")
+    if s["load"].get("vidax-converted"):
+        lc, ld = s["load"]["vidax-converted"], s["load"].get("diffusers")
+        lines.append(f"| checkpoint load, same weights in vidax's own layout (`vidax convert`), s | {_fmt(lc)} | | "
+                     + (f"**{lc['median'] / ld['median']:.2f}x**" if ld else "") + " |")
+        lines.append(f"| peak RSS of that load, GiB | {_fmt(s['peak_rss_converted_load'], GiB)} | | |")
+    lines.append(f"| load: bytes read by read() (rchar), MiB | {_fmt(s['load_rchar'].get('vidax'), MiB, 1)} | "
+                 f"{_fmt(s['load_rchar'].get('diffusers'), MiB, 1)} | |")
+    lines.append(f"| load: bytes from storage (read_bytes), MiB | {_fmt(s['load_read_bytes'].get('vidax'), MiB, 1)} | "
+                 f"{_fmt(s['load_read_bytes'].get('diffusers'), MiB, 1)} | |")
+    lines.append(f"| imports + backend start (not in load), s | {_fmt(s['import'].get('vidax'))} | "
+                 f"{_fmt(s['import'].get('diffusers'))} | |")
+    parts = []
+    for kind in ("vidax", "vidax-cached", "diffusers"):
+        runs = rec["fresh"].get(kind, [])
+        if not runs:
+            continue
+        med = {k: statistics.median(r["generate"][k] for r in runs) for k in
+               ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if all(k in r["generate"] for r in runs)}
+        parts.append(f"{kind}: " + ", ".join(f"{k[:-2].replace('_', ' ')} {v:.2f} s" for k, v in med.items()))
+    if parts:
+        lines += ["", "Inside the end-to-end generations (medians; vidax's first calls include compilation or a cache "
+                  "read): " + "; ".join(parts) + "."]
+    if rec.get("frames_max_abs_diff") is not None:
+        lines += ["", f"Same computation: the two engines' {cfg.steps}-step frames differ by at most "
+                  f"{rec['frames_max_abs_diff']:.2e} (values in [0, 1])."]
+    lines += ["", "Step time against token count (per CFG half; the step runs both halves):", "",
+              "| dtype | latent | tokens | vidax s | diffusers s | vidax/diffusers (medians) | per-round ratio, median (min-max) "
+              "| CPU s per step, vidax / diffusers | vidax compile s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rec.get("sweep", []) + rec.get("sweep_bf16", []):
+        v, d = r["step"].get("vidax"), r["step"].get("diffusers")
+        ratio = f"**{v['median'] / d['median']:.2f}x**" if v and d else ""
+        c = r.get("step_cpu_s", {})
+        cpu = (f"{c['vidax']['median']:.2f} / {c['diffusers']['median']:.2f}"
+               if c.get("vidax") and c.get("diffusers") else "")
+        lines.append(f"| {r['dtype']} | {'x'.join(map(str, r['latent']))} | {r['tokens']} | {_fmt(v, digits=3)} | "
+                     f"{_fmt(d, digits=3)} | {ratio} | {_fmt(r.get('paired_ratio'))} | {cpu} | "
+                     f"{r['compile_s'].get('vidax', 0):.2f} |")
+    gm = s["ratio_vidax_over_diffusers"].get("step_sweep_geomean")
+    if gm:
+        lines += ["", f"Geometric mean over the token counts of the fp32 per-round step ratios (each the median of "
+                  f"the rounds' vidax/diffusers, the two measured back to back): **{gm:.2f}x**"
+                  + (f"; of the CPU seconds per step (all threads of the process): "
+                     f"**{s['ratio_vidax_over_diffusers']['step_cpu_geomean']:.2f}x**"
+                     if "step_cpu_geomean" in s["ratio_vidax_over_diffusers"] else "") + "."]
+    if png is not None:
+        lines += ["", f"![step time against token count]({png.relative_to(DOCS.parent).as_posix()})"]
+    t = s["targets"]
+    lines += ["", "Targets (issue 5): " + "; ".join(f"{k}: {'met' if ok else 'missed'}" for k, ok in t.items()) + "."]
+    lines += ["", "Notes: the bf16 rows put only the transformer in bf16 (fp32-pinned norms, embedders and AdaLN tables "
+              "stay fp32 in both); this CPU has no native bf16 matmul (no AVX512_BF16/AMX). diffusers has no compile "
+              "step; vidax's cold end-to-end time includes compiling the step, the text encoder and the VAE chunk "
+              "programs. RSS on the CPU backend includes the weights (device memory is host memory). Loading: diffusers maps "
+              "the safetensors files and its tensors point into the mapping, so its load moves no weight bytes (the pages "
+              "are faulted in at first use, inside the generation); vidax converts every tensor (layout and dtype) into "
+              "its own buffers at load. The step target is judged on the geometric mean over the token counts."]
+    replace_section(lines[0], "\n".join(lines) + "\n")
+
+
+def plot(rec: dict, png: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    styles = {("vidax", "float32"): ("C0", "o-"), ("diffusers", "float32"): ("C1", "s-"),
+              ("vidax", "bfloat16"): ("C0", "o--"), ("diffusers", "bfloat16"): ("C1", "s--")}
+    for rows in (rec.get("sweep", []), rec.get("sweep_bf16", [])):
+        if not rows:
+            continue
+        dtype = rows[0]["dtype"]
+        for n in ("vidax", "diffusers"):
+            xs = [r["tokens"] for r in rows]
+            ys = [r["step"][n]["median"] for r in rows]
+            lo = [r["step"][n]["median"] - r["step"][n]["min"] for r in rows]
+            hi = [r["step"][n]["max"] - r["step"][n]["median"] for r in rows]
+            color, fmt = styles[(n, dtype)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt=fmt, color=color, capsize=3, label=f"{n} {dtype}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ticks = sorted({r["tokens"] for r in rec.get("sweep", []) + rec.get("sweep_bf16", [])})
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("tokens per CFG half")
+    ax.set_ylabel("seconds per step (CFG, both halves)")
+    cfg = CONFIGS[rec["config"]]
+    ax.set_title(f"Wan2.1 step, config {cfg.name} ({rec['date']}, {os.cpu_count()} CPU cores)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    plt.close(fig)
+    return png
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="a", choices=sorted(CONFIGS))
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--smoke", action="store_true", help="the tiny configuration, 1 repeat, no docs (harness test)")
+    p.add_argument("--no-bf16", action="store_true")
+    p.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/compare-<config>.json)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--folder", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--jax-cache", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.config, args.dtype, args.folder, args.jax_cache)
+    cfg = CONFIGS["smoke" if args.smoke else args.config]
+    repeats = args.repeats or cfg.repeats
+    rec = run(cfg, repeats, CACHE / "logs" / f"compare-{cfg.name}", bf16=not args.no_bf16)
+    rec.update(date=time.strftime("%Y-%m-%d"), machine=machine(), python=platform.python_version(),
+               versions=versions(), bench_config=asdict(cfg))
+    rec["summary"] = summarize(rec)
+    out = Path(args.out) if args.out else ROOT / "docs" / "benchmarks" / f"compare-{cfg.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.part")
+    tmp.write_text(json.dumps(rec, indent=2) + "\n")
+    tmp.replace(out)
+    if cfg.docs and not args.out:
+        png = plot(rec, ROOT / "docs" / "benchmarks" / "step_time.png")
+        write_markdown(rec, png)
+    print(json.dumps({"summary": rec["summary"], "json": str(out)}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""Real-size Wan2.1 steps on one GPU: vidax (JAX) against diffusers (PyTorch), called by ``bench/gpu.sh``.
+
+Parts (each its own process, so device memory and peaks are its own):
+
+- ``matmul``: the card's measured bf16 matmul rate (``jnp.matmul`` of 8192^3 bf16, mean of 10 after warm-up),
+  the denominator of the model FLOP utilisation (MFU).
+- ``vidax --model 1.3b-480p|14b-720p``: random bf16 parameters built on the device from the spec tree
+  (``abstract_params`` shapes filled by ``jax.random.normal`` in per-leaf jitted calls, no files),
+  the pipeline's guided step (``vidax.models.wan.pipeline._cfg_step``: CFG batch 2, one program)
+  compiled ahead of time, then timed steps; peak device memory from ``memory_stats()``.
+- ``diffusers --model ...``: ``WanTransformer3DModel`` built on the GPU in bf16 from the same
+  configuration (random init), two ``transformer(...)`` calls + guidance per step as
+  ``diffusers.WanPipeline`` does, ``torch.no_grad()``; peak from ``torch.cuda.max_memory_allocated``.
+- ``estimate``: the memory estimate of each model/dtype/attention (no device needed).
+- ``report RESULTS_DIR``: (here, after the run) writes the "GPU" section of docs/benchmarks.md.
+
+Attention: vidax has ``xla`` (full score matrix) and ``chunked`` (query chunks of 1024); there is no
+cuDNN/flash path in the engine yet. At 832x480x81 the full score matrix alone is 2 x 12 x 32760^2 fp32
+= 96 GiB, at 1280x720x81 2 x 40 x 75600^2 = 1.7 TiB, so both run ``chunked``; diffusers uses PyTorch's
+``scaled_dot_product_attention`` (flash / memory-efficient kernels).
+
+Each part writes one JSON file into ``--out-dir``. Time: ``--steps`` timed steps after one warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+MODELS = {
+    # name: (WanTransformerConfig fields, (frames, height, width))
+    "1.3b-480p": (dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, num_layers=30), (81, 480, 832)),
+    "14b-720p": (dict(num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, num_layers=40), (81, 720, 1280)),
+    # a CPU-sized check of the script itself (tests), not a benchmark
+    "tiny": (dict(num_attention_heads=2, attention_head_dim=32, ffn_dim=64, num_layers=2), (9, 64, 64)),
+}
+BENCH_MODELS = ("1.3b-480p", "14b-720p")
+COMMON = dict(patch_size=(1, 2, 2), in_channels=16, out_channels=16, text_dim=4096, freq_dim=256, cross_attn_norm=True,
+              qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+TEXT_LEN = 512
+GUIDANCE = 5.0
+GiB = 2**30
+
+
+def latent_shape(frames, height, width):
+    return (1, 16, (frames - 1) // 4 + 1, height // 8, width // 8)
+
+
+def tokens(name: str) -> int:
+    f, h, w = MODELS[name][1]
+    _, _, t, hh, ww = latent_shape(f, h, w)
+    return t * (hh // 2) * (ww // 2)
+
+
+def step_flops(name: str) -> float:
+    """Model FLOPs of one guided step (both CFG halves): matmuls and attention, 2 FLOP per MAC."""
+    cfg, _ = MODELS[name]
+    d = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    f, L, s = cfg["ffn_dim"], cfg["num_layers"], tokens(name)
+    per_layer = (
+        2 * s * d * d * 4  # self-attention q, k, v, out
+        + 2 * 2 * s * s * d  # self-attention scores and values
+        + 2 * s * d * d * 2  # cross-attention q, out
+        + 2 * TEXT_LEN * d * d * 2  # cross-attention k, v over the text tokens
+        + 2 * 2 * s * TEXT_LEN * d  # cross-attention scores and values
+        + 2 * s * d * f * 2  # FFN
+    )
+    embed = 2 * TEXT_LEN * (4096 * d + d * d) + 2 * s * 16 * 4 * d * 2  # text embedder, patch in/out
+    return 2.0 * (L * per_layer + embed)  # CFG: batch of 2
+
+
+def param_count(name: str) -> int:
+    cfg, _ = MODELS[name]
+    d, f, L = cfg["num_attention_heads"] * cfg["attention_head_dim"], cfg["ffn_dim"], cfg["num_layers"]
+    block = 8 * (d * d + d) + 2 * (d * f) + f + d + 6 * d + 4 * d + 2 * d
+    return L * block + 4096 * d + d * d + 256 * d + d * d + 6 * d * d + 16 * 4 * d + d * 64 + 2 * d
+
+
+def estimate(name: str, dtype_bytes: int = 2, chunk: int | None = 1024) -> dict:
+    """A rough peak-memory estimate of the guided step (bytes): weights + the largest live activations."""
+    cfg, _ = MODELS[name]
+    d, f, h = cfg["num_attention_heads"] * cfg["attention_head_dim"], cfg["ffn_dim"], cfg["num_attention_heads"]
+    s, b = tokens(name), 2
+    weights = param_count(name) * dtype_bytes
+    residual = b * s * d * 4 * 3  # fp32 stream, its normed copy, the block output
+    qkv = b * s * d * dtype_bytes * 4  # q, k, v, attention output
+    ffn = b * s * f * (4 + dtype_bytes)  # fp32 accumulation + activation in the weight dtype
+    rows = chunk if chunk else s
+    scores = b * h * rows * s * (4 + 4 + dtype_bytes)  # scores, softmax (fp32), probabilities cast to the dtype
+    peak_act = residual + max(qkv + scores, ffn)
+    return {"weights": weights, "activations": peak_act, "scores": scores, "total": weights + peak_act}
+
+
+# ------------------------------------------------------------------------------------ parts
+
+
+def _dev_peak():
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return int(stats.get("peak_bytes_in_use", 0)), int(stats.get("bytes_limit", 0))
+
+
+def part_matmul(n: int = 8192, reps: int = 10) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(ka, (n, n), jnp.bfloat16)
+    b = jax.random.normal(kb, (n, n), jnp.bfloat16)
+    mm = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
+    for _ in range(3):
+        mm(a, b).block_until_ready()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        out = mm(a, b)
+    out.block_until_ready()
+    s = (time.perf_counter() - t0) / reps
+    return {"part": "matmul", "n": n, "seconds": s, "tflops": 2 * n**3 / s / 1e12, "device": str(jax.devices()[0]),
+            "jax": jax.__version__}
+
+
+def part_vidax(name: str, steps: int, attention: str) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.core.params import abstract_params
+    from vidax.models.wan.config import WanTransformerConfig
+    from vidax.models.wan.pipeline import _cfg_step
+    from vidax.models.wan.transformer import rope_tables, transformer_specs
+
+    from vidax.core.attention import AttentionImpl
+
+    requested = attention
+    try:
+        AttentionImpl(attention)
+    except ValueError:  # an engine without that kernel: run what it has, and say so
+        attention = "chunked"
+    fields, (f, h, w) = MODELS[name]
+    cfg = WanTransformerConfig(**COMMON, **fields)
+    shape = latent_shape(f, h, w)
+    dtype = jnp.bfloat16
+    t0 = time.perf_counter()
+    abstract = abstract_params(transformer_specs(cfg), dtype)
+    leaves, treedef = jax.tree.flatten(abstract)
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    gen = jax.jit(lambda key, shape, dt: (jax.random.normal(key, shape, jnp.float32) * 0.02).astype(dt),
+                  static_argnums=(1, 2))  # one small program per distinct leaf shape: no full-size temporaries
+    made = [gen(k, a.shape, a.dtype) for k, a in zip(keys, leaves)]
+    params = jax.tree.unflatten(treedef, made)
+    jax.block_until_ready(params)
+    init_s = time.perf_counter() - t0
+    weight_bytes = sum(x.nbytes for x in made)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    context = jnp.asarray(rng.standard_normal((2, TEXT_LEN, cfg.text_dim), dtype=np.float32)).astype(dtype)
+    cos, sin = (jnp.asarray(a) for a in rope_tables(cfg, shape))
+    args = (params, x, jnp.full((1,), 999.0, jnp.float32), context, cos, sin, jnp.float32(GUIDANCE))
+    step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided"))
+    import warnings
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as w:  # e.g. a kernel falling back to chunked
+        warnings.simplefilter("always")
+        compiled = step.lower(*args, cfg=cfg, attention_impl=attention, guided=True).compile()
+    caught = [str(x.message)[:200] for x in w]
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    temp = int(getattr(mem, "temp_size_in_bytes", 0)) if mem is not None else None
+    try:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        xla_flops = float(cost.get("flops", 0.0)) or None
+    except Exception:
+        xla_flops = None
+    t0 = time.perf_counter()
+    compiled(*args).block_until_ready()
+    first_s = time.perf_counter() - t0
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        compiled(*args).block_until_ready()
+        times.append(time.perf_counter() - t0)
+    peak, limit = _dev_peak()
+    return {"part": "vidax", "model": name, "attention": attention, "attention_requested": requested,
+            "warnings": sorted(set(caught)), "dtype": "bfloat16", "tokens": tokens(name),
+            "init_s": init_s, "compile_s": compile_s, "first_step_s": first_s, "step_s": times,
+            "peak_device_bytes": peak, "device_bytes_limit": limit, "weight_bytes": weight_bytes,
+            "xla_temp_bytes": temp, "xla_flops": xla_flops, "model_flops": step_flops(name), "jax": jax.__version__}
+
+
+def part_diffusers(name: str, steps: int) -> dict:
+    import torch
+    from diffusers import WanTransformer3DModel
+
+    fields, (f, h, w) = MODELS[name]
+    cfg = {**COMMON, **fields, "patch_size": list(COMMON["patch_size"])}
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    torch.set_default_dtype(torch.bfloat16)  # built directly in bf16 on the device (all modules bf16)
+    try:
+        with dev:
+            model = WanTransformer3DModel(**cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    sync()
+    init_s = time.perf_counter() - t0
+    gen = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(latent_shape(f, h, w), generator=gen, device=dev).to(torch.bfloat16)
+    pe = torch.randn((1, TEXT_LEN, 4096), generator=gen, device=dev).to(torch.bfloat16)
+    ne = torch.randn((1, TEXT_LEN, 4096), generator=gen, device=dev).to(torch.bfloat16)
+    t = torch.full((1,), 999.0, device=dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        with torch.no_grad():
+            with model.cache_context("cond", step_index=0, sigma=1.0, num_inference_steps=1):
+                c = model(hidden_states=x, timestep=t, encoder_hidden_states=pe, return_dict=False)[0]
+            with model.cache_context("uncond", step_index=0, sigma=1.0, num_inference_steps=1):
+                u = model(hidden_states=x, timestep=t, encoder_hidden_states=ne, return_dict=False)[0]
+            return u + GUIDANCE * (c - u)
+
+    t0 = time.perf_counter()
+    step()
+    sync()
+    first_s = time.perf_counter() - t0
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    import diffusers
+
+    return {"part": "diffusers", "model": name, "dtype": "bfloat16", "tokens": tokens(name), "init_s": init_s,
+            "first_step_s": first_s, "step_s": times, "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else 0,
+            "device": str(dev),
+            "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "model_flops": step_flops(name), "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "sdpa": "torch.nn.functional.scaled_dot_product_attention (default backend choice)"}
+
+
+def part_estimate() -> dict:
+    out = {}
+    for name in BENCH_MODELS:
+        for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
+            for attn, chunk in (("xla", None), ("chunked", 1024)):
+                out[f"{name}/{dt}/{attn}"] = estimate(name, nbytes, chunk)
+    return {"part": "estimate", "estimates": out, "params": {n: param_count(n) for n in BENCH_MODELS},
+            "model_flops": {n: step_flops(n) for n in BENCH_MODELS}, "tokens": {n: tokens(n) for n in BENCH_MODELS}}
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def report(results_dir: Path, docs: Path | None = None) -> None:
+    """Write the GPU section of docs/benchmarks.md from the JSON files a gpu.sh run brought back."""
+    from statistics import median
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench._report import DOCS, replace_section
+
+    res = {}
+    for p in sorted(Path(results_dir).glob("*.json")):
+        r = json.loads(p.read_text())
+        res[p.stem] = r
+    mm = res.get("matmul", {})
+    rate = mm.get("tflops")
+    env = res.get("env", {})
+    ran = any(k.startswith(("vidax-", "diffusers-")) for k in res) or bool(mm)
+    lines = ["## GPU: one H200, real sizes", ""]
+    if ran:
+        lines += [
+            f"Generated by `bash bench/gpu.sh` on the lent device ({env.get('gpu', mm.get('device', '?'))}; "
+            f"{env.get('versions', '')}) and `python bench/gpu_step.py report <results>` here, {env.get('date', '?')}.",
+            f"Random bf16 weights built on the device (speed does not depend on values), CFG batch 2, "
+            f"measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)." if rate else "No matmul rate measured.",
+        ]
+    else:
+        lines += ["Not run yet (no GPU was lent to the task that wrote the scripts). `bash bench/gpu.sh` on a lent H200 "
+                  "writes one JSON per part; `python bench/gpu_step.py report <that folder>` regenerates this section. "
+                  "Until then: the memory estimate of `python bench/gpu_step.py estimate`."]
+    lines += ["", "| model | engine | attention | compile s | step s (median) | MFU vs measured matmul | peak device GiB |",
+              "|---|---|---|---|---|---|---|"]
+    for name in BENCH_MODELS if ran else ():
+        keys = sorted(k for k in res if k.startswith(f"vidax-{name}")) or [f"vidax-{name}"]
+        for key in keys + [f"diffusers-{name}"]:
+            eng = key.split("-")[0]
+            r = res.get(key)
+            if not r:
+                lines.append(f"| {name} | {eng} | | | not run | | |")
+                continue
+            if "error" in r:
+                lines.append(f"| {name} | {eng} | {r.get('attention', '')} | | failed: {r['error']} | | |")
+                continue
+            s = median(r["step_s"]) if r["step_s"] else r["first_step_s"]
+            mfu = f"{r['model_flops'] / s / (rate * 1e12):.1%}" if rate else ""
+            comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "none (eager)"
+            att = r.get("attention", "sdpa")
+            if r.get("attention_requested", att) != att:
+                att += f" ({r['attention_requested']} not in this engine)"
+            lines.append(f"| {name} | {eng} | {att} | {comp} | {s:.2f} | {mfu} | "
+                         f"{r['peak_device_bytes'] / GiB:.1f} |")
+        v = [res[k] for k in keys if k in res and "step_s" in res[k] and res[k]["step_s"]]
+        d = res.get(f"diffusers-{name}", {})
+        if v and d.get("step_s"):
+            best = min(median(r["step_s"]) for r in v)
+            lines.append(f"| {name} | vidax/diffusers (best vidax) | | | **{best / median(d['step_s']):.2f}x** | | |")
+    est = res.get("estimate", {}).get("estimates", {})
+    if not ran:
+        lines = lines[:-3]
+    if est:
+        p = res["estimate"]
+        lines += ["", "Sizes: " + "; ".join(
+            f"{n}: {p['params'][n] / 1e9:.2f} B parameters, {p['tokens'][n]} tokens, "
+            f"{p['model_flops'][n] / 1e15:.2f} PFLOP per guided step" for n in p["params"]) + "."]
+        lines += ["", "Memory estimate before the run (weights + largest live activations, GiB; H200 has ~139):", "",
+                  "| model/dtype/attention | weights | activations | of which scores | total |", "|---|---|---|---|---|"]
+        for k, e in est.items():
+            lines.append(f"| {k} | {e['weights'] / GiB:.1f} | {e['activations'] / GiB:.1f} | {e['scores'] / GiB:.1f} | "
+                         f"{e['total'] / GiB:.1f} |")
+    study = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "compile_study.json"
+    if study.is_file():
+        rows = [r for r in json.loads(study.read_text()).get("results", []) if r.get("variant") == "scan" and "memory" in r]
+        if rows:
+            lines += ["", "XLA's own memory analysis of the scanned steps compiled for the CPU (`python -m bench.compile_study`; "
+                      "a GPU compile fuses differently, but the order is the same): " + "; ".join(
+                          f"{r['model']} {r['dtype']} chunked: arguments {r['memory'].get('argument_size_in_bytes', 0) / GiB:.1f} "
+                          f"+ temporaries {r['memory'].get('temp_size_in_bytes', 0) / GiB:.1f} GiB" for r in rows)
+                      + ". The estimate above assumes unfused score, softmax and probability buffers and so overcounts."]
+    replace_section(lines[0], "\n".join(lines) + "\n", docs or DOCS)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("part", choices=["matmul", "vidax", "diffusers", "estimate", "report"])
+    p.add_argument("results", nargs="?", help="report: the folder of JSON files")
+    p.add_argument("--model", choices=sorted(MODELS), default="1.3b-480p")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--attention", default="chunked",
+                   help="vidax attention_impl: xla, chunked, or a kernel the engine has (e.g. cudnn)")
+    p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
+    args = p.parse_args(argv)
+    if args.part == "report":
+        report(Path(args.results))
+        return 0
+    name = {"matmul": "matmul", "estimate": "estimate"}.get(args.part, f"{args.part}-{args.model}")
+    if args.part == "vidax":
+        name += f"-{args.attention}"
+    try:
+        if args.part == "matmul":
+            r = part_matmul()
+        elif args.part == "estimate":
+            r = part_estimate()
+        elif args.part == "vidax":
+            r = part_vidax(args.model, args.steps, args.attention)
+        else:
+            r = part_diffusers(args.model, args.steps)
+    except Exception as e:  # keep the other parts' results: record the failure
+        import traceback
+
+        traceback.print_exc()
+        r = {"part": args.part, "model": args.model, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    out = Path(args.out_dir) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(r, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in r.items() if k != "estimates"}))
+    return 0 if "error" not in r else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

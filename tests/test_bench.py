@@ -1,0 +1,112 @@
+"""The benchmark scripts: they import, gpu.sh parses, and the comparison harness runs end to end on a tiny config."""
+
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("module", ["bench.compare", "bench.compile_study", "bench.gpu_step", "bench._report"])
+def test_bench_scripts_import(module):
+    importlib.import_module(module)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_gpu_script_parses():
+    r = subprocess.run(["bash", "-n", str(ROOT / "bench" / "gpu.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_compare_configs_are_consistent():
+    from bench.compare import CONFIGS, FAMILIES
+
+    for cfg in CONFIGS.values():
+        fam = FAMILIES[cfg.family]
+        assert {"vidax", "diffusers"} <= set(fam.contenders)
+        for f, h, w in (cfg.base, *cfg.sweep, *cfg.bf16_sweep):
+            assert (f - 1) % 4 == 0 and h % 16 == 0 and w % 16 == 0
+            assert fam.tokens(cfg, f, h, w) > 0
+    a = CONFIGS["a"]
+    # the transformer has the real Wan2.1 1.3B width
+    assert a.transformer["num_attention_heads"] * a.transformer["attention_head_dim"] == 1536
+    assert a.transformer["ffn_dim"] == 8960 and a.text["d_model"] == 4096
+
+
+def test_gpu_step_flops_and_estimates():
+    from bench import gpu_step
+
+    assert gpu_step.tokens("1.3b-480p") == 21 * 30 * 52
+    assert gpu_step.tokens("14b-720p") == 21 * 45 * 80
+    assert abs(gpu_step.param_count("1.3b-480p") / 1.42e9 - 1) < 0.02  # Wan2.1 1.3B: 1.42B parameters
+    assert abs(gpu_step.param_count("14b-720p") / 14.3e9 - 1) < 0.02
+    est = gpu_step.estimate("14b-720p", 2, 1024)
+    assert est["weights"] < est["total"] < 139 * 2**30
+
+
+def test_compile_study_unrolled_matches_scan():
+    """The unrolled forward written in the bench computes what the engine's scanned forward does."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bench.compile_study import unrolled_forward
+    from vidax.core.params import random_params
+    from vidax.models.wan.config import WanTransformerConfig
+    from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+
+    cfg = WanTransformerConfig(num_attention_heads=2, attention_head_dim=16, ffn_dim=32, num_layers=3, text_dim=24,
+                               freq_dim=16)
+    params = jax.tree.map(jnp.asarray, random_params(transformer_specs(cfg), seed=1, scale=0.2))
+    shape = (2, 16, 2, 4, 4)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    ctx = jnp.asarray(rng.standard_normal((2, 8, 24), dtype=np.float32))
+    t = jnp.asarray([10.0, 500.0])
+    cos, sin = (jnp.asarray(a) for a in rope_tables(cfg, shape))
+    a = forward(params, x, t, ctx, cos, sin, cfg=cfg, attention_impl="chunked")
+    b = jax.jit(unrolled_forward, static_argnames=("cfg", "attention_impl"))(
+        params, x, t, ctx, cos, sin, cfg=cfg, attention_impl="chunked")
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_compare_smoke_end_to_end(tmp_path):
+    pytest.importorskip("diffusers")
+    out = tmp_path / "smoke.json"
+    r = subprocess.run([sys.executable, "-m", "bench.compare", "--smoke", "--no-bf16", "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    s = rec["summary"]
+    for key in ("step", "load", "peak_rss", "text_encoder", "vae_decode", "e2e"):
+        assert s[key]["vidax"]["median"] > 0 and s[key]["diffusers"]["median"] > 0, key
+        assert key in s["ratio_vidax_over_diffusers"]
+    assert s["compile_cold"]["median"] > 0 and s["compile_cached"]["median"] > 0
+    assert set(s["targets"]) == {"step <= 0.8x diffusers", "peak RSS <= 0.8x diffusers", "load <= 0.5x diffusers"}
+    assert rec["sweep"][0]["tokens"] > 0
+    # the same weights and inputs: both engines make the same frames
+    assert rec["frames_max_abs_diff"] is not None and rec["frames_max_abs_diff"] < 2e-2
+    assert rec["live_stats"]["diffusers"]["torch_num_threads"] >= 1
+
+
+def test_gpu_step_runs_on_a_tiny_model(tmp_path):
+    """The GPU script's vidax path against the engine's current API, on a tiny model on the CPU; and its report."""
+    from bench import gpu_step
+
+    r = gpu_step.part_vidax("tiny", 1, "chunked")
+    assert r["step_s"] and r["compile_s"] > 0 and r["weight_bytes"] > 0 and r["model_flops"] > 0
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "vidax-1.3b-480p-chunked.json").write_text(json.dumps({**r, "model": "1.3b-480p"}))
+    (res / "matmul.json").write_text(json.dumps({"tflops": 700.0, "device": "cuda:0"}))
+    (res / "estimate.json").write_text(json.dumps(gpu_step.part_estimate()))
+    docs = tmp_path / "benchmarks.md"
+    gpu_step.report(res, docs)
+    text = docs.read_text()
+    assert "## GPU: one H200, real sizes" in text and "| 1.3b-480p | vidax | chunked |" in text
+    assert "| 14b-720p | diffusers | | | not run |" in text
