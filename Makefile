@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 DEMO_CKPT ?= checkpoints/wan2.1-t2v-demo
 OUT_DIR ?= outputs
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test bench install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
+
+# Side-by-side benchmarks against diffusers on this machine (minutes; see docs/benchmarks.md).
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m bench.compare --config a
+	$(BIN)/python -m bench.load
+	$(BIN)/python -m bench.compile_study
 
 clean:
 	rm -rf $(OUT_DIR) $(DEMO_CKPT)
