@@ -66,3 +66,35 @@ def read_video(path: str | os.PathLike) -> tuple[np.ndarray, float]:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
         rate = float(stream.average_rate) if stream.average_rate else float("nan")
     return np.stack(frames), rate
+
+
+def frames_from_video(video, output_type: str = "uint8") -> np.ndarray:
+    """Decoded video in ``[-1, 1]`` to frames, as diffusers' ``VideoProcessor.postprocess_video``.
+
+    Args:
+      video: float ``(B, C, F, H, W)`` (a VAE decode), values nominally in ``[-1, 1]``.
+      output_type: ``"uint8"`` (rounded to ``[0, 255]``) or ``"float"`` (``[0, 1]``).
+
+    Returns:
+      ``(B, F, H, W, C)`` uint8 or float32.
+
+    Raises:
+      ValueError: an unknown ``output_type``.
+    """
+    if output_type not in ("uint8", "float"):
+        raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
+    frames = np.clip(np.asarray(video, np.float32).transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
+    return np.round(frames * 255.0).astype(np.uint8) if output_type == "uint8" else frames
+
+
+def peak_memory_metrics() -> dict[str, int]:
+    """Peak host resident memory of this process and, where the backend reports it, of its first device (bytes)."""
+    import resource
+
+    import jax
+
+    metrics = {"peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+    return metrics

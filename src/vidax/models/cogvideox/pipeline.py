@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from vidax.models.cogvideox.layout import resolve_checkpoint
 from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
 from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
 from vidax.schedulers import CogVideoXDPMScheduler, guidance_scale_at, scheduler_from_config
+from vidax.video import peak_memory_metrics
 
 #: T5 tokens per prompt (the pipeline's ``max_sequence_length`` and the transformers' ``max_text_seq_length``).
 MAX_SEQUENCE_LENGTH = 226
@@ -424,10 +424,7 @@ class CogVideoXPipeline:
         metrics["vae_decode_s"] = time.perf_counter() - t0
         if output_type == "uint8":
             frames = np.round(frames * 255.0).astype(np.uint8)
-        metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        stats = jax.devices()[0].memory_stats() or {}
-        if "peak_bytes_in_use" in stats:
-            metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+        metrics.update(peak_memory_metrics())
         return CogVideoXOutput(frames=frames, latents=np.asarray(x), fps=self.fps, metrics=metrics)
 
     def compilations(self) -> int:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import os
 from functools import partial
-import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +61,7 @@ from vidax.models.wan import offload as wan_offload
 from vidax.models.wan.transformer import (forward, forward_epilogue, forward_prologue, num_tokens, rope_tables,
                                           transformer_specs)
 from vidax.schedulers import scheduler_from_config
+from vidax.video import frames_from_video, peak_memory_metrics
 
 # The parts a diffusers-layout Wan checkpoint folder must have.
 PARTS = DIFFUSERS_PARTS
@@ -402,15 +402,8 @@ class WanPipeline:
         video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
         video = np.asarray(video, np.float32)
         metrics["vae_decode_s"] = time.perf_counter() - t0
-        frames = np.clip(video.transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
-        if output_type == "uint8":
-            frames = np.round(frames * 255.0).astype(np.uint8)
-        elif output_type != "float":
-            raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
-        metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        stats = jax.local_devices()[0].memory_stats() or {}
-        if "peak_bytes_in_use" in stats:
-            metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+        frames = frames_from_video(video, output_type)
+        metrics.update(peak_memory_metrics())
         return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
 
     def compilations(self) -> int:

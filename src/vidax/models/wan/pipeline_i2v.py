@@ -39,7 +39,6 @@ multiple. Sizes and frame counts the model cannot run are rounded down as the re
 from __future__ import annotations
 
 import os
-import resource
 import time
 import warnings
 from pathlib import Path
@@ -59,6 +58,7 @@ from vidax.models.wan.layout import resolve_checkpoint
 from vidax.models.wan.pipeline import WanOutput, WanPipeline, _first_device, _mesh_context, _replicated
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+from vidax.video import frames_from_video, peak_memory_metrics
 
 #: Smallest image side accepted as a conditioning frame, in pixels.
 MIN_IMAGE_SIDE = 16
@@ -626,15 +626,8 @@ class WanImageToVideoPipeline(WanPipeline):
         video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
         video = np.asarray(video, np.float32)
         metrics["vae_decode_s"] = time.perf_counter() - t0
-        frames = np.clip(video.transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
-        if output_type == "uint8":
-            frames = np.round(frames * 255.0).astype(np.uint8)
-        elif output_type != "float":
-            raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
-        metrics["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        stats = jax.devices()[0].memory_stats() or {}
-        if "peak_bytes_in_use" in stats:
-            metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+        frames = frames_from_video(video, output_type)
+        metrics.update(peak_memory_metrics())
         return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
 
     def compilations(self) -> int:
