@@ -76,12 +76,15 @@ def test_offloaded_transformer_equals_resident_single_device(host_params, inputs
     assert _rel(out, reference) < 1e-5
 
 
-@pytest.mark.parametrize("dp,tp,sp,chunk,overlap", [
-    (1, 2, 2, 2, True),
-    (2, 2, 2, 1, True),
-    (2, 2, 2, 2, False),
-    (2, 2, 2, 2, True),
-], ids=lambda v: str(v))
+# Every (tp, sp) split of the mesh acceptance, dp 1 and dp 2 wherever dp*tp*sp <= 8, offloaded in
+# chunks of 1 and 2 blocks (overlapped), plus the serial mode on the largest split.
+_SPLITS = [(dp, tp, sp) for tp, sp in [(2, 1), (4, 1), (1, 2), (1, 4), (2, 2), (2, 4)] for dp in (1, 2)
+           if dp * tp * sp <= 8]
+
+
+@pytest.mark.parametrize("dp,tp,sp,chunk,overlap",
+                         [(*split, chunk, True) for split in _SPLITS for chunk in (1, 2)] + [(2, 2, 2, 2, False)],
+                         ids=lambda v: str(v))
 def test_offloaded_transformer_on_a_mesh_equals_resident(host_params, inputs, reference, dp, tp, sp, chunk, overlap):
     mesh = _mesh(dp, tp, sp)
     params = jax.tree.map(jax.device_put, host_params, WAN_RULES.param_shardings(transformer_specs(CFG), mesh))
