@@ -778,10 +778,17 @@ def summarize(rec: dict) -> dict:
             ratios["step_cpu_geomean"] = math.exp(sum(math.log(c["vidax"]["median"] / c["diffusers"]["median"])
                                                       for c in cpu) / len(cpu))
     s["ratio_vidax_over_diffusers"] = ratios
+    step_contended = any(r.get("paired_ratio", {}).get("contended") for r in rec.get("sweep", []))
+    load_contended = any(s["load"].get(n, {}).get("contended") for n in ("vidax", "diffusers"))
+    # True: met, False: missed, None: not judged. Contention flatters vidax (PyTorch's OpenMP threads suffer
+    # more), so a target met only under contention is not judged; a miss under contention stands.
+    def judge(met: bool, contended: bool):
+        return None if (met and contended) else met
+
     s["targets"] = {
-        "step <= 0.8x diffusers": ratios.get("step_sweep_geomean", ratios.get("step", 9)) <= 0.8,
-        "peak RSS <= 0.8x diffusers": ratios.get("peak_rss", 9) <= 0.8,
-        "load <= 0.5x diffusers": ratios.get("load", 9) <= 0.5,
+        "step <= 0.8x diffusers": judge(ratios.get("step_sweep_geomean", ratios.get("step", 9)) <= 0.8, step_contended),
+        "peak RSS <= 0.8x diffusers": ratios.get("peak_rss", 9) <= 0.8,  # memory does not depend on load
+        "load <= 0.5x diffusers": judge(ratios.get("load", 9) <= 0.5, load_contended),
     }
     return s
 
@@ -793,6 +800,17 @@ def _fmt(st: dict | None, scale: float = 1.0, digits: int = 2) -> str:
     if st.get("n", 1) == 1:
         return f"{st['median'] / scale:.{digits}f}{mark}"
     return f"{st['median'] / scale:.{digits}f} ({st['min'] / scale:.{digits}f}-{st['max'] / scale:.{digits}f}){mark}"
+
+
+def _quiet_share(rec: dict) -> str:
+    """"q of n": how many measurements ran while other processes used under ``QUIET`` of the CPU."""
+    fr = [r[k]["foreign"] for runs in rec.get("fresh", {}).values() for r in runs for k in ("load", "generate")
+          if isinstance(r.get(k), dict) and "foreign" in r[k]]
+    for part in ("text_encoder", "vae_decode"):
+        fr += [f for v in rec.get(part, {}).values() for f in v.get("foreign", [])]
+    for row in rec.get("sweep", []) + rec.get("sweep_bf16", []):
+        fr += [f for v in row.get("foreign", {}).values() for f in v]
+    return f"{sum(f < QUIET for f in fr)} of {len(fr)}"
 
 
 def write_markdown(rec: dict, png: Path | None) -> None:
@@ -811,13 +829,16 @@ def write_markdown(rec: dict, png: Path | None) -> None:
         f"Model: {cfg.note}; random fp32 weights written once in the diffusers layout "
         f"({rec['checkpoint_bytes'] / 1e9:.2f} GB, `{rec['checkpoint']}`). Both engines load that folder and run the "
         f"same prompt, negative prompt and initial latents; each contender in its own process, measurements "
-        f"alternated between the two; figures are median (min-max) of {rec['repeats']} runs. "
+        f"alternated between the two; figures are median (min-max) over {rec['repeats']} fresh processes per contender "
+        f"(load, end to end, memory), {max(rec['repeats'], 5)} or more rounds (step, text encoder) and {rec['repeats']} "
+        f"rounds (VAE). "
         f"Threads: vidax {ls.get('vidax', {}).get('engine_threads', '?')}, {ls.get('vidax', {}).get('os_threads', '?')} "
         f"OS threads; diffusers {ls.get('diffusers', {}).get('engine_threads', '?')}, "
         f"{ls.get('diffusers', {}).get('os_threads', '?')} OS threads (defaults, not set). "
-        f"The machine was shared with other jobs during the run (1-minute load average "
-        f"{rec['loadavg_1min']['min']:.1f}-{rec['loadavg_1min']['max']:.1f}, median {rec['loadavg_1min']['median']:.1f}, "
-        f"on {rec['loadavg_1min']['cores']} cores): expect noise in the spreads.",
+        f"The machine is shared with other jobs: 1-minute load average "
+        f"{rec['loadavg_1min']['min']:.1f}-{rec['loadavg_1min']['max']:.1f} (median {rec['loadavg_1min']['median']:.1f}, "
+        f"this run's own processes included) on {rec['loadavg_1min']['cores']} cores; {_quiet_share(rec)} "
+        f"measurements were quiet (see Contention below).",
         "",
         "| fp32 | vidax | diffusers | vidax/diffusers |",
         "|---|---|---|---|",
@@ -903,7 +924,9 @@ def write_markdown(rec: dict, png: Path | None) -> None:
     if png is not None:
         lines += ["", f"![step time against token count]({png.relative_to(DOCS.parent).as_posix()})"]
     t = s["targets"]
-    lines += ["", "Targets (issue 5): " + "; ".join(f"{k}: {'met' if ok else 'missed'}" for k, ok in t.items()) + "."]
+    verdict = {True: "met", False: "missed",
+               None: "not judged (met only in measurements under contention, which flatters vidax)"}
+    lines += ["", "Targets (issue 5): " + "; ".join(f"{k}: {verdict[ok]}" for k, ok in t.items()) + "."]
     lines += ["", "Notes: the bf16 rows put only the transformer in bf16 (fp32-pinned norms, embedders and AdaLN tables "
               "stay fp32 in both); this CPU has no native bf16 matmul (no AVX512_BF16/AMX). diffusers has no compile "
               "step; vidax's cold end-to-end time includes compiling the step, the text encoder and the VAE chunk "
@@ -972,6 +995,8 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="the tiny configuration, 1 repeat, no docs (harness test)")
     p.add_argument("--no-bf16", action="store_true")
     p.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/compare-<config>.json)")
+    p.add_argument("--report-only", action="store_true",
+                   help="re-render the docs section and plot from the existing JSON, measuring nothing")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--folder", default=None, help=argparse.SUPPRESS)
@@ -980,6 +1005,14 @@ def main(argv=None) -> int:
     if args.worker:
         return worker(args.worker, args.config, args.dtype, args.folder, args.jax_cache)
     cfg = CONFIGS["smoke" if args.smoke else args.config]
+    if args.report_only:
+        out = Path(args.out) if args.out else ROOT / "docs" / "benchmarks" / f"compare-{cfg.name}.json"
+        rec = json.loads(out.read_text())
+        rec["summary"] = summarize(rec)
+        out.write_text(json.dumps(rec, indent=2) + "\n")
+        if cfg.docs:
+            write_markdown(rec, plot(rec, ROOT / "docs" / "benchmarks" / "step_time.png"))
+        return 0
     repeats = args.repeats or cfg.repeats
     rec = run(cfg, repeats, CACHE / "logs" / f"compare-{cfg.name}", bf16=not args.no_bf16)
     rec.update(date=time.strftime("%Y-%m-%d"), machine=machine(), python=platform.python_version(),
