@@ -137,3 +137,50 @@ def test_native_and_numpy_conversion_equal_ml_dtypes_bit_for_bit(src_dtype, dst_
             out = np.empty(want.shape, dst_dtype)
             loader.convert_into(pool, src, "linear", out)
             np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The kernel's VmFlags of the mapping holding ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (512, 1024)])  # below and above the mapped-buffer threshold
+def test_host_buffers_are_aligned_and_adopted_without_a_copy(shape):
+    """``aligned_empty`` buffers (NumPy or anonymous mapping) are 64-byte aligned and not huge-page
+    marked; the CPU backend's ``device_put`` adopts them (same data pointer)."""
+    import jax
+
+    from vidax.checkpoint.loader import _MAPPED_BYTES, aligned_empty
+
+    host = aligned_empty(shape, np.float32)
+    assert host.ctypes.data % 64 == 0 and host.flags.writeable and host.shape == shape
+    assert (host.nbytes >= _MAPPED_BYTES) == (shape == (512, 1024))
+    if host.nbytes >= _MAPPED_BYTES:
+        assert "nh" in _vm_flags(host.ctypes.data), "large host buffers must be marked MADV_NOHUGEPAGE"
+    host[...] = np.arange(host.size, dtype=np.float32).reshape(shape)
+    placed = jax.device_put(host, jax.devices("cpu")[0])
+    assert placed.unsafe_buffer_pointer() == host.ctypes.data
+    np.testing.assert_array_equal(np.asarray(placed), np.arange(host.size, dtype=np.float32).reshape(shape))
+
+
+def test_stacked_layers_convert_together_bit_exactly():
+    """All layers of a stacked parameter go to the pool as one batch of row tasks; the result equals
+    the per-layer reference cast (fp32 -> bf16, round to nearest even) layer for layer."""
+    km = KeyMap(linear("blocks.{i}.fc", "blocks/fc", bias=False))
+    specs = {"blocks": {"fc": {"kernel": ParamSpec((5, 96, 40), axes=("layers", None, None))}}}
+    rng = np.random.default_rng(1)
+    sd = {f"blocks.{i}.fc.weight": rng.standard_normal((40, 96)).astype(np.float32) for i in range(5)}
+    out = load_params(DictReader(sd), km, specs, ml_dtypes.bfloat16, place=False, workers=2)
+    got = out["blocks"]["fc"]["kernel"]
+    for i in range(5):
+        want = sd[f"blocks.{i}.fc.weight"].T.astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(got[i].view(np.uint16), want.view(np.uint16))

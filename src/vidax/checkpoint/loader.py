@@ -27,6 +27,7 @@ Two further placements (issue 4, part 2):
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections import defaultdict
 from collections.abc import Callable
@@ -223,7 +224,17 @@ def convert_into(pool: ThreadPoolExecutor | None, src: np.ndarray, layout: str, 
     One pass over the source, no full-size temporary: the layout change and the dtype
     cast (fp32 -> bf16 round-to-nearest-even, fp16 -> bf16) happen tile by tile.
     """
-    tasks = _tasks(src, layout, out)
+    convert_all(pool, [(src, layout, out)])
+
+
+def convert_all(pool: ThreadPoolExecutor | None, jobs: list[tuple[np.ndarray, str, np.ndarray]]) -> None:
+    """:func:`convert_into` for several ``(src, layout, out)`` jobs, all their row tasks in one pool map.
+
+    The layers of a stacked parameter are converted together: one layer's tensor is often a
+    single task (a 1536 x 1536 fp32 kernel is 9 MiB), so converting layer by layer would leave
+    all but one worker idle.
+    """
+    tasks = [t for src, layout, out in jobs for t in _tasks(src, layout, out)]
     if pool is None or len(tasks) == 1:
         for t in tasks:
             _convert_rows(*t)
@@ -374,10 +385,13 @@ def _bounds(index: tuple, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]
     return tuple(out)
 
 
-def _convert_region(pool, reader, key: str, layout: str, bounds, out: np.ndarray) -> None:
-    """Fill ``out`` with the region ``bounds`` (our layout) of checkpoint tensor ``key``, reading only that region."""
+def _region_job(reader, key: str, layout: str, bounds, out: np.ndarray) -> tuple:
+    """The conversion job filling ``out`` with the region ``bounds`` (our layout) of checkpoint tensor ``key``.
+
+    Only that region of the tensor is read.
+    """
     src = _read(reader, key, checkpoint_index(layout, tuple(slice(a, b) for a, b in bounds)))
-    convert_into(pool, np.asarray(src), layout, out)
+    return np.asarray(src), layout, out
 
 
 def _read_region(pool, reader, entries, shape, target, bounds, layer_offset: int = 0) -> np.ndarray:
@@ -389,16 +403,18 @@ def _read_region(pool, reader, entries, shape, target, bounds, layer_offset: int
     out = aligned_empty(tuple(b - a for a, b in bounds), target)
     if entries[0][2] is None:
         key, layout, _ = entries[0]
-        _convert_region(pool, reader, key, layout, bounds, out)
+        convert_all(pool, [_region_job(reader, key, layout, bounds, out)])
         return out
     by_layer = {index: (key, layout) for key, layout, index in entries}
     lo, hi = bounds[0]
+    jobs = []
     for j, layer in enumerate(range(lo + layer_offset, hi + layer_offset)):
         if layer in by_layer:
             key, layout = by_layer[layer]
-            _convert_region(pool, reader, key, layout, bounds[1:], out[j])
+            jobs.append(_region_job(reader, key, layout, bounds[1:], out[j]))
         else:
             out[j] = 0
+    convert_all(pool, jobs)
     return out
 
 
@@ -440,23 +456,37 @@ def _target_dtype(reader: Any, entries, spec: ParamSpec, dtype: np.dtype) -> np.
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np.ndarray:
-    """``np.empty`` whose data starts on an ``alignment``-byte boundary.
+    """An uninitialised host array whose data starts on an ``alignment``-byte boundary.
 
     The CPU backend's ``device_put`` adopts a 64-byte-aligned host buffer instead of copying
     it (NumPy's own large allocations start 16 bytes past a page), so on CPU a converted
     parameter becomes the device array with no second copy.
+
+    Buffers of :data:`_MAPPED_BYTES` or more are anonymous memory mappings (page aligned)
+    marked ``MADV_NOHUGEPAGE``, not ``np.empty``: NumPy marks its large allocations
+    ``MADV_HUGEPAGE``, and under the kernel's usual transparent-huge-page defrag mode
+    (``madvise``) the first touch of each huge page may compact memory synchronously. Loading
+    the 5.7 GB Wan2.1 1.3B transformer on this project's 2-core VM: 2.8-3.2 s with NumPy's
+    buffers, 2.1-2.3 s without huge pages (docs/benchmarks.md, "Checkpoint loading").
     """
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes >= _MAPPED_BYTES and mmap.PAGESIZE % alignment == 0:
+        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            buf.madvise(mmap.MADV_NOHUGEPAGE)
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
+_MAPPED_BYTES = 1 << 20
+
+
 def _host_param(pool, reader, entries, shape, target) -> np.ndarray:
     host = aligned_empty(shape, target)
-    for key, layout, index in entries:
-        convert_into(pool, reader.get(key), layout, host if index is None else host[index])
+    convert_all(pool, [(reader.get(key), layout, host if index is None else host[index]) for key, layout, index in entries])
     return host
 
 
