@@ -38,6 +38,27 @@ def test_chunked_attention_with_bias_equals_xla():
     assert _rel(b, a) < 1e-6
 
 
+@pytest.mark.parametrize("sq, size, want", [(1280, 1024, (2, 640)), (2048, 1024, (2, 1024)), (2049, 1024, (3, 688)),
+                                            (1025, 1024, (2, 520)), (1000, 1024, (1, 1000)), (7, 4, (2, 4))])
+def test_query_chunks_are_even_and_bounded(sq, size, want):
+    """Chunks split the queries evenly, never above the requested size (multiples of 8 where that allows)."""
+    from vidax.core.attention import query_chunks
+
+    n, chunk = query_chunks(sq, size)
+    assert (n, chunk) == want
+    assert n * chunk >= sq and (n - 1) * chunk < sq and chunk <= size and (chunk % 8 == 0 or size % 8)
+
+
+def test_chunked_attention_even_chunks_match_torch_sdpa():
+    """300 queries in chunks of at most 128 -> three chunks of 104 (12 padded rows, cut after)."""
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((1, s, 2, 16), dtype=np.float32) for s in (300, 90, 90))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(t).transpose(1, 2) for t in (q, k, v))).transpose(1, 2).numpy()
+    out = attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), implementation="chunked", query_chunk_size=128)
+    assert out.shape == (1, 300, 2, 16) and _rel(out, ref) < 1e-5
+
+
 def test_timestep_embedding_matches_diffusers():
     from diffusers.models.embeddings import get_timestep_embedding
 

@@ -151,9 +151,21 @@ def attention(
     return _chunked(q, k, v, scale, kv_lengths, bias, query_chunk_size)
 
 
+def query_chunks(sq: int, query_chunk_size: int) -> tuple[int, int]:
+    """``(n, chunk)``: the fewest chunks of at most ``query_chunk_size`` rows, all the same length.
+
+    The rows are split evenly (``chunk = ceil(sq / n)``, rounded up to a multiple of 8 for
+    vector-friendly tiles where that stays within ``query_chunk_size``) rather than into full chunks plus a padded last one: 1280 queries are
+    two chunks of 640, not two of 1024 with 768 padded rows computed and thrown away.
+    """
+    n = -(-sq // query_chunk_size)
+    chunk = min(query_chunk_size, -(-(-(-sq // n)) // 8) * 8)
+    return -(-sq // chunk), chunk
+
+
 def _chunked(q, k, v, scale, kv_lengths, bias, query_chunk_size):
     b, sq, h, d = q.shape
-    n = -(-sq // query_chunk_size)
+    n, query_chunk_size = query_chunks(sq, query_chunk_size)
     pad = n * query_chunk_size - sq
     qp = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(b, n, query_chunk_size, h, d).swapaxes(0, 1)
     if bias is not None and bias.shape[-2] != 1:
