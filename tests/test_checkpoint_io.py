@@ -184,3 +184,39 @@ def test_stacked_layers_convert_together_bit_exactly():
     for i in range(5):
         want = sd[f"blocks.{i}.fc.weight"].T.astype(ml_dtypes.bfloat16)
         np.testing.assert_array_equal(got[i].view(np.uint16), want.view(np.uint16))
+
+
+def _mapped_rss_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if "-" in parts[0] and ":" not in parts[0]:
+                inside = len(parts) >= 6 and parts[-1] == str(path)
+            elif inside and parts[0] == "Rss:":
+                total += int(parts[1])
+    return total
+
+
+def test_loader_releases_each_mapped_tensor_after_converting_it(tmp_path):
+    """After loading, none of the checkpoint file's pages stay resident in this process: each
+    tensor's pages are dropped (MADV_DONTNEED) once converted, and re-reading still works."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    sd = {f"blocks.{i}.fc.weight": rng.standard_normal((512, 1024)).astype(np.float32) for i in range(4)}
+    path = tmp_path / "model.safetensors"
+    save_file(sd, str(path))
+    km = KeyMap(linear("blocks.{i}.fc", "blocks/fc", bias=False))
+    specs = {"blocks": {"fc": {"kernel": ParamSpec((4, 1024, 512), axes=("layers", None, None))}}}
+    reader = CheckpointReader(path)
+    reader.get("blocks.0.fc.weight").sum()  # touch one tensor: its 2 MiB are resident now
+    assert _mapped_rss_kib(path) >= 2048
+    out = load_params(reader, km, specs, ml_dtypes.bfloat16, place=False, workers=2)
+    assert _mapped_rss_kib(path) < 64, "converted tensors' file pages are still resident"
+    for i in range(4):
+        want = sd[f"blocks.{i}.fc.weight"]
+        np.testing.assert_array_equal(out["blocks"]["fc"]["kernel"][i].view(np.uint16),
+                                      want.T.astype(ml_dtypes.bfloat16).view(np.uint16))
+        np.testing.assert_array_equal(reader.get(f"blocks.{i}.fc.weight"), want)  # the mapping is still valid

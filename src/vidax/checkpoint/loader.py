@@ -240,6 +240,31 @@ def convert_all(pool: ThreadPoolExecutor | None, jobs: list[tuple[np.ndarray, st
             _convert_rows(*t)
     else:
         list(pool.map(lambda t: _convert_rows(*t), tasks))
+    for src, _, _ in jobs:
+        release_pages(src)
+
+
+def release_pages(view: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped checkpoint tensor from this process (``MADV_DONTNEED``).
+
+    Once a tensor is converted its source pages are not needed again, but mapped file pages
+    count in the process's resident memory until unmapped. Releasing them tensor by tensor keeps
+    the loader's resident memory near the converted weights plus one tensor, instead of the
+    converted weights plus every mapped byte. The file stays in the page cache, and the mapping
+    stays valid: a later read of the same bytes faults them back in. Arrays that are not views of
+    a read-only ``np.memmap`` (e.g. a ``DictReader``'s) are left alone.
+    """
+    raw = getattr(view, "_mmap", None)  # slices and views of an np.memmap carry its mmap object
+    if not isinstance(raw, mmap.mmap) or view.flags.writeable or view.nbytes == 0 or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    origin = np.frombuffer(raw, np.uint8, count=1).ctypes.data  # where the mapping starts
+    lo = view.ctypes.data - origin
+    if not 0 <= lo < len(raw):
+        return
+    start = lo // mmap.PAGESIZE * mmap.PAGESIZE
+    span = min(len(raw), -(-(lo + view.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE) - start
+    if span > 0:
+        raw.madvise(mmap.MADV_DONTNEED, start, span)
 
 
 def _set_layer_impl(stacked: jax.Array, layer: jax.Array, index: jax.Array) -> jax.Array:
