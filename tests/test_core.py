@@ -95,3 +95,26 @@ def test_patch_embed_equals_conv3d_and_unpatchify_inverts():
     assert _rel(out, ref) < 1e-6
     tokens = patchify(jnp.asarray(x.numpy()), (1, 2, 2))
     np.testing.assert_array_equal(np.asarray(unpatchify(tokens, (3, 3, 4), (1, 2, 2), 4)), x.numpy())
+
+
+@pytest.mark.parametrize("kernel, strides, padding", [
+    ((3, 3, 3), (1, 1, 1), ((0, 0), (1, 1), (1, 1))),   # causal conv after the cache is prepended
+    ((3, 1, 1), (2, 1, 1), ((0, 0), (0, 0), (0, 0))),   # Wan encoder time_conv, stride 2 in time
+    ((3, 3, 3), (1, 2, 2), ((1, 1), (0, 1), (0, 1))),   # temporal padding and spatial stride
+    ((1, 3, 3), (1, 1, 1), ((0, 0), (1, 1), (1, 1))),   # per-frame 2D kernel
+])
+def test_conv3d_matches_torch(kernel, strides, padding):
+    """``core.layers.conv3d`` (on CPU: one 2D convolution per temporal tap) equals torch's Conv3d."""
+    from vidax.core.layers import conv3d
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 7, 9, 10, 5), dtype=np.float32)  # (B, T, H, W, C), channels last
+    w = rng.standard_normal((*kernel, 5, 6), dtype=np.float32)   # (kt, kh, kw, I, O)
+    b = rng.standard_normal(6, dtype=np.float32)
+    tx = torch.nn.functional.pad(torch.from_numpy(x).permute(0, 4, 1, 2, 3),
+                                 (padding[2][0], padding[2][1], padding[1][0], padding[1][1], padding[0][0], padding[0][1]))
+    ref = torch.nn.functional.conv3d(tx, torch.from_numpy(w).permute(4, 3, 0, 1, 2), torch.from_numpy(b), stride=strides)
+    p = {"kernel": jnp.asarray(w if kernel[0] > 1 else w[0]), "bias": jnp.asarray(b)}
+    out = conv3d(p, jnp.asarray(x), strides=strides, padding=padding)
+    assert out.shape == tuple(ref.permute(0, 2, 3, 4, 1).shape)
+    assert _rel(out, ref.permute(0, 2, 3, 4, 1).numpy()) < 1e-5

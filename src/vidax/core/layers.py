@@ -81,3 +81,48 @@ def gelu_tanh(x: jax.Array) -> jax.Array:
 def gelu(x: jax.Array) -> jax.Array:
     """GELU, exact erf form (PyTorch default)."""
     return jax.nn.gelu(x, approximate=False)
+
+
+_DN3 = ("NDHWC", "DHWIO", "NDHWC")
+_DN2 = ("NHWC", "HWIO", "NHWC")
+
+
+def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0, 0))) -> jax.Array:
+    """Convolution of a channels-last video ``x (B, T, H, W, Cin)``; the 3D VAEs' one conv.
+
+    Args:
+      p: ``{"kernel": (kt, kh, kw, Cin, Cout) or (kh, kw, Cin, Cout), "bias": (Cout,)}``; a 2D kernel
+        runs on every frame (``kt = 1``).
+      x: ``(B, T, H, W, Cin)``, cast to the kernel's dtype.
+      strides, padding: per axis ``(t, h, w)``, as ``jax.lax.conv_general_dilated``.
+
+    Returns:
+      ``(B, T', H', W', Cout)`` in the kernel's dtype, accumulated in float32, bias added in float32.
+
+    On the CPU backend a kernel with ``kt > 1`` runs as ``kt`` 2D convolutions over the frames,
+    summed in float32: XLA:CPU's 3D convolution is 1.3-2x slower than that on the Wan VAE's shapes
+    (docs/benchmarks.md); other backends (cuDNN, TPU) take the 3D convolution as it is.
+    """
+    w = p["kernel"]
+    if w.ndim == 4:
+        w = w[None]
+    x = x.astype(w.dtype)
+    kt = w.shape[0]
+    if kt == 1 or jax.default_backend() != "cpu":
+        y = jax.lax.conv_general_dilated(x, w, window_strides=strides, padding=padding, dimension_numbers=_DN3,
+                                         preferred_element_type=jnp.float32)
+    else:
+        st = strides[0]
+        if padding[0] != (0, 0):
+            x = jnp.pad(x, ((0, 0), padding[0], (0, 0), (0, 0), (0, 0)))
+        b, t = x.shape[:2]
+        t_out = (t - kt) // st + 1
+        y = None
+        for i in range(kt):
+            frames = x[:, i : i + st * (t_out - 1) + 1 : st]
+            yi = jax.lax.conv_general_dilated(frames.reshape(b * t_out, *x.shape[2:]), w[i], window_strides=strides[1:],
+                                              padding=padding[1:], dimension_numbers=_DN2,
+                                              preferred_element_type=jnp.float32)
+            y = yi if y is None else y + yi
+        y = y.reshape(b, t_out, *y.shape[1:])
+    return (y + p["bias"].astype(jnp.float32)).astype(w.dtype)

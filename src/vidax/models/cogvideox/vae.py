@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint.keymap import Rule, conv, norm
+from vidax.core.layers import conv3d
 from vidax.core.params import ParamSpec, SpecTree, unflatten
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 
@@ -196,18 +197,6 @@ def load_vae(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[CogVideo
 # Building blocks (channels-last, pure)
 # ---------------------------------------------------------------------------------------------
 
-_DN3 = ("NDHWC", "DHWIO", "NDHWC")
-
-
-def _conv(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0, 0))) -> jax.Array:
-    """Convolution of ``x (B, T, H, W, Cin)``; a 2D kernel ``(kh, kw, I, O)`` runs per frame."""
-    w = p["kernel"]
-    if w.ndim == 4:
-        w = w[None]
-    y = jax.lax.conv_general_dilated(x.astype(w.dtype), w, window_strides=strides, padding=padding,
-                                     dimension_numbers=_DN3, preferred_element_type=jnp.float32)
-    return (y + p["bias"].astype(jnp.float32)).astype(w.dtype)
-
 
 def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
     """``CogVideoXCausalConv3d`` (``pad_mode="constant"``: stride 1, zero "same" padding in space).
@@ -219,12 +208,12 @@ def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Ar
     kt, kh, kw = p["conv"]["kernel"].shape[:3]
     spatial = ((kh // 2, kh // 2), (kw // 2, kw // 2))
     if kt == 1:
-        return _conv(p["conv"], x, padding=((0, 0), *spatial)), None
+        return conv3d(p["conv"], x, padding=((0, 0), *spatial)), None
     hist = kt - 1
     if cache is None:
         cache = jnp.repeat(x[:, :1], hist, axis=1)
     xp = jnp.concatenate([cache.astype(x.dtype), x], axis=1)
-    return _conv(p["conv"], xp, padding=((0, 0), *spatial)), xp[:, -hist:]
+    return conv3d(p["conv"], xp, padding=((0, 0), *spatial)), xp[:, -hist:]
 
 
 def _group_norm(p: dict, x: jax.Array, groups: int, eps: float) -> jax.Array:
@@ -287,7 +276,7 @@ def _resnet(p: dict, x: jax.Array, zq: jax.Array | None, cache: dict | None, cfg
     h = jax.nn.silu(norm("norm2", h))
     h, c2 = _causal_conv(p["conv2"], h, _get(cache, "conv2"))
     if "conv_shortcut" in p:
-        x = _conv(p["conv_shortcut"], x)
+        x = conv3d(p["conv_shortcut"], x)
     return h + x, {"conv1": c1, "conv2": c2}
 
 
@@ -302,7 +291,7 @@ def _downsample(p: dict, x: jax.Array, compress_time: bool) -> jax.Array:
             rest = ((pairs[:, :, 0] + pairs[:, :, 1]) / 2).astype(x.dtype)
         x = jnp.concatenate([first, rest], axis=1)
     # F.pad (0, 1, 0, 1): one zero column right, one zero row at the bottom; then 3x3 stride 2.
-    return _conv(p["conv"], x, strides=(1, 2, 2), padding=((0, 0), (0, 1), (0, 1)))
+    return conv3d(p["conv"], x, strides=(1, 2, 2), padding=((0, 0), (0, 1), (0, 1)))
 
 
 def _upsample(p: dict, x: jax.Array, compress_time: bool) -> jax.Array:
@@ -314,7 +303,7 @@ def _upsample(p: dict, x: jax.Array, compress_time: bool) -> jax.Array:
             x = jnp.concatenate([x[:, :1], jnp.repeat(x[:, 1:], 2, axis=1)], axis=1)
         else:
             x = jnp.repeat(x, 2, axis=1)
-    return _conv(p["conv"], x, padding=((0, 0), (1, 1), (1, 1)))
+    return conv3d(p["conv"], x, padding=((0, 0), (1, 1), (1, 1)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core.attention import attention
-from vidax.core.layers import linear
+from vidax.core.layers import conv3d, linear
 from vidax.core.params import ParamSpec, SpecTree, unflatten
 
 # ---------------------------------------------------------------------------------------------
@@ -537,20 +537,6 @@ def load_vae(path: str | os.PathLike, dtype: Any = np.float32) -> tuple[WanVAECo
 # Building blocks (channels-last, pure)
 # ---------------------------------------------------------------------------------------------
 
-_DN3 = ("NDHWC", "DHWIO", "NDHWC")
-
-
-def _conv(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0, 0))) -> jax.Array:
-    """3D convolution, ``x (B, T, H, W, Cin)``; a 2D kernel ``(kh, kw, I, O)`` runs per frame."""
-    w = p["kernel"]
-    if w.ndim == 4:
-        w = w[None]
-    y = jax.lax.conv_general_dilated(
-        x.astype(w.dtype), w, window_strides=strides, padding=padding, dimension_numbers=_DN3,
-        preferred_element_type=jnp.float32,
-    )
-    return (y + p["bias"].astype(jnp.float32)).astype(w.dtype)
-
 
 def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Array, jax.Array | None]:
     """``WanCausalConv3d`` (stride 1, "same" spatial padding, causal in time) with its cache.
@@ -562,12 +548,12 @@ def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Ar
     kt, kh, kw = p["kernel"].shape[:3]
     spatial = ((kh // 2, kh // 2), (kw // 2, kw // 2))
     if kt == 1:
-        return _conv(p, x, padding=((0, 0), *spatial)), None
+        return conv3d(p, x, padding=((0, 0), *spatial)), None
     hist = kt - 1
     if cache is None:
         cache = jnp.zeros((x.shape[0], hist, *x.shape[2:]), x.dtype)
     xp = jnp.concatenate([cache.astype(x.dtype), x], axis=1)
-    return _conv(p, xp, padding=((0, 0), *spatial)), xp[:, -hist:]
+    return conv3d(p, xp, padding=((0, 0), *spatial)), xp[:, -hist:]
 
 
 def _rms_norm(p: dict, x: jax.Array) -> jax.Array:
@@ -589,7 +575,7 @@ def _get(cache: dict | None, *keys: str):
 
 def _res_block(p: dict, x: jax.Array, cache: dict | None) -> tuple[jax.Array, dict]:
     """``WanResidualBlock``: norm-SiLU-conv twice plus a (1x1x1 conv) shortcut."""
-    h = _conv(p["conv_shortcut"], x) if "conv_shortcut" in p else x
+    h = conv3d(p["conv_shortcut"], x) if "conv_shortcut" in p else x
     y = jax.nn.silu(_rms_norm(p["norm1"], x))
     y, c1 = _causal_conv(p["conv1"], y, _get(cache, "conv1"))
     y = jax.nn.silu(_rms_norm(p["norm2"], y))
@@ -622,12 +608,12 @@ def _mid_block(p: dict, x: jax.Array, cache: dict | None) -> tuple[jax.Array, di
 def _upsample2d(p: dict, x: jax.Array) -> jax.Array:
     # nearest-exact x2 == repeat each pixel twice, then a 3x3 conv (padding 1).
     x = jnp.repeat(jnp.repeat(x, 2, axis=2), 2, axis=3)
-    return _conv(p, x, padding=((0, 0), (1, 1), (1, 1)))
+    return conv3d(p, x, padding=((0, 0), (1, 1), (1, 1)))
 
 
 def _downsample2d(p: dict, x: jax.Array) -> jax.Array:
     # ZeroPad2d((0, 1, 0, 1)) (right and bottom only), then a 3x3 conv with stride 2.
-    return _conv(p, x, strides=(1, 2, 2), padding=((0, 0), (0, 1), (0, 1)))
+    return conv3d(p, x, strides=(1, 2, 2), padding=((0, 0), (0, 1), (0, 1)))
 
 
 def _resample(p: dict, x: jax.Array, mode: str, cache: dict | None, first: bool) -> tuple[jax.Array, dict | None]:
@@ -653,7 +639,7 @@ def _resample(p: dict, x: jax.Array, mode: str, cache: dict | None, first: bool)
         if not first:
             # Reference: time_conv(cat(last cached frame, x)): kernel 3, stride 2, no padding.
             xp = jnp.concatenate([_get(cache, "time_conv").astype(x.dtype), x], axis=1)
-            x = _conv(p["time_conv"], xp, strides=(2, 1, 1))
+            x = conv3d(p["time_conv"], xp, strides=(2, 1, 1))
         return x, {"time_conv": new}
     raise ValueError(f"unknown resample mode {mode!r}")
 
@@ -822,7 +808,7 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
     x = patchify(x, cfg.patch_size)
     x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
     h, cache = _encoder(params["encoder"], cfg, x, cache)
-    h = _conv(params["quant_conv"], h)
+    h = conv3d(params["quant_conv"], h)
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 
 
@@ -844,7 +830,7 @@ def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | No
       first chunk and ``temporal_compression`` (4) after.
     """
     x = jnp.transpose(z, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
-    x = _conv(params["post_quant_conv"], x)
+    x = conv3d(params["post_quant_conv"], x)
     y, cache = _decoder(params["decoder"], cfg, x, cache)
     y = jnp.clip(y.astype(jnp.float32), -1.0, 1.0)
     return unpatchify(jnp.transpose(y, (0, 4, 1, 2, 3)), cfg.patch_size), cache
