@@ -60,7 +60,7 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
 
     Blocks are stacked: each block parameter leads with a ``layers`` axis of size ``num_layers``.
     Image-to-video configurations (``image_dim`` set: Wan2.1 I2V / FLF2V) add the image embedder
-    (``condition_embedder/image_embedder``, float32 like the other condition embedders; FLF2V also
+    (``condition_embedder/image_embedder``: float32 norms, the MLP in the compute dtype; FLF2V also
     its ``pos_embed``) and per block the image keys/values of cross-attention
     (``attn2/add_k_proj``, ``attn2/add_v_proj``, ``attn2/norm_added_k``).
     """
@@ -106,9 +106,11 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
                 "linear_2": _linear_spec(d, d, ("embed", "embed2"), fp32=True),
             },
             "time_proj": _linear_spec(d, 6 * d, ("embed", None), fp32=True),
+            # In the compute dtype, as diffusers (`_keep_in_fp32_modules` pins only the time embedder)
+            # and the Wan repository (bf16 autocast) run it: 512 tokens x 2 per step, not a small matmul.
             "text_embedder": {
-                "linear_1": _linear_spec(cfg.text_dim, d, (None, "embed"), fp32=True),
-                "linear_2": _linear_spec(d, d, ("embed", "embed2"), fp32=True),
+                "linear_1": _linear_spec(cfg.text_dim, d, (None, "embed")),
+                "linear_2": _linear_spec(d, d, ("embed", "embed2")),
             },
         },
         "blocks": blocks,
@@ -125,7 +127,8 @@ def _image_embedder_specs(cfg: WanTransformerConfig) -> dict:
     e, d = cfg.image_dim, cfg.dim
     out = {
         "norm1": {"scale": ParamSpec((e,), fp32=True, axes=(None,)), "bias": ParamSpec((e,), fp32=True, axes=(None,))},
-        "ff": {"up": _linear_spec(e, e, (None, None), fp32=True), "down": _linear_spec(e, d, (None, "embed"), fp32=True)},
+        # The MLP in the compute dtype like the text embedder (diffusers keeps only the norms in fp32).
+        "ff": {"up": _linear_spec(e, e, (None, None)), "down": _linear_spec(e, d, (None, "embed"))},
         "norm2": {"scale": ParamSpec((d,), fp32=True, axes=("embed",)), "bias": ParamSpec((d,), fp32=True, axes=("embed",))},
     }
     if cfg.pos_embed_seq_len is not None:
