@@ -139,3 +139,71 @@ def test_preprocessor_config_from_folder(tmp_path):
     assert CLIPImageProcessorConfig.from_folder(tmp_path) == CLIPImageProcessorConfig()
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(WAN_PREPROCESSOR))
     assert CLIPImageProcessorConfig.from_folder(tmp_path) == CLIPImageProcessorConfig()
+
+
+def _wan_clip_state_dict(model) -> dict:
+    """transformers CLIPVisionModelWithProjection weights under the names of the Wan repository's ``XLMRobertaCLIP``
+    (``wan/modules/clip.py``: ``visual.`` VisionTransformer with fused ``attn.to_qkv``, ``head`` as a matrix), plus
+    a stand-in text-tower tensor and ``log_scale``. Written here from that module tree, not from vidax's map."""
+    sd = {k.removeprefix("vision_model."): v for k, v in model.state_dict().items()}
+    e, d = "embeddings", model.config.hidden_size
+    out = {
+        "visual.cls_embedding": sd[f"{e}.class_embedding"].reshape(1, 1, d),
+        "visual.patch_embedding.weight": sd[f"{e}.patch_embedding.weight"],
+        "visual.pos_embedding": sd[f"{e}.position_embedding.weight"][None],
+        "visual.pre_norm.weight": sd["pre_layrnorm.weight"], "visual.pre_norm.bias": sd["pre_layrnorm.bias"],
+        "visual.post_norm.weight": sd["post_layernorm.weight"], "visual.post_norm.bias": sd["post_layernorm.bias"],
+        "visual.head": sd["visual_projection.weight"].T.contiguous(),
+        "textual.token_embedding.weight": torch.zeros(5, 8), "log_scale": torch.tensor(2.65),
+    }
+    for i in range(model.config.num_hidden_layers):
+        a, b = f"encoder.layers.{i}", f"visual.transformer.{i}"
+        for w in ("weight", "bias"):
+            out[f"{b}.attn.to_qkv.{w}"] = torch.cat([sd[f"{a}.self_attn.{n}_proj.{w}"] for n in "qkv"])
+            out[f"{b}.attn.proj.{w}"] = sd[f"{a}.self_attn.out_proj.{w}"]
+            out[f"{b}.norm1.{w}"], out[f"{b}.norm2.{w}"] = sd[f"{a}.layer_norm1.{w}"], sd[f"{a}.layer_norm2.{w}"]
+            out[f"{b}.mlp.0.{w}"], out[f"{b}.mlp.2.{w}"] = sd[f"{a}.mlp.fc1.{w}"], sd[f"{a}.mlp.fc2.{w}"]
+    return out
+
+
+def test_wan_original_clip_file_matches_transformers(tmp_path):
+    """The original release's CLIP .pth (read without torch; fused q/k/v split, broadcast embeddings squeezed,
+    text tower ignored) gives transformers' penultimate hidden states; heads are width / 80 as in ViT-H/14."""
+    from vidax.encoders.clip import load_clip_vision_wan_original, load_image_encoder
+
+    torch.manual_seed(3)
+    model = CLIPVisionModelWithProjection(tiny_config(hidden_size=160, num_attention_heads=2)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    path = tmp_path / "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
+    torch.save(_wan_clip_state_dict(model), path)
+    params, cfg = load_clip_vision_wan_original(path)
+    assert (cfg.num_attention_heads, cfg.image_size, cfg.patch_size, cfg.num_hidden_layers, cfg.with_projection) == (
+        2, 28, 7, 3, True)
+    assert load_image_encoder(path)[1] == cfg
+    pixels = np.random.default_rng(1).standard_normal((2, 3, 28, 28), dtype=np.float32)
+    with torch.no_grad():
+        ref = model(pixel_values=torch.from_numpy(pixels), output_hidden_states=True).hidden_states[-2].numpy()
+    out = np.asarray(encode_images(params, cfg, jnp.asarray(pixels)))
+    assert _rel(out, ref) < 1e-5
+    np.testing.assert_array_equal(np.asarray(params["visual_projection"]["kernel"]),
+                                  model.visual_projection.weight.detach().numpy().T)
+
+
+def test_wan_original_clip_file_errors(tmp_path):
+    from vidax.encoders.clip import load_clip_vision_wan_original
+
+    torch.manual_seed(0)
+    model = CLIPVisionModelWithProjection(tiny_config(hidden_size=160, num_attention_heads=2)).eval()
+    sd = _wan_clip_state_dict(model)
+    sd["visual.transformer.1.attn.to_qkv.weight"] = sd["visual.transformer.1.attn.to_qkv.weight"][:-1]
+    torch.save(sd, tmp_path / "bad.pth")
+    with pytest.raises(CheckpointError, match=r"visual.transformer.1.attn.to_qkv.weight: shape \(479, 160\) cannot be split"):
+        load_clip_vision_wan_original(tmp_path / "bad.pth")
+    sd = _wan_clip_state_dict(model)
+    del sd["visual.transformer.2.mlp.2.bias"]
+    torch.save(sd, tmp_path / "missing.pth")
+    with pytest.raises(CheckpointError, match=r"missing keys \(1\):\s+visual.transformer.2.mlp.2.bias"):
+        load_clip_vision_wan_original(tmp_path / "missing.pth")

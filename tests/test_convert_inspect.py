@@ -91,3 +91,23 @@ def test_inspect_reports_layout_counts_and_unknown_keys(demo, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Wan2.1 transformer (diffusers layout)" in out
     assert "keys our map does not know: 1" in out and "blocks.0.attn1.surprise.weight" in out
+
+
+def test_inspect_original_i2v_release_and_its_clip_file(tmp_path, capsys):
+    """An original Wan2.1 I2V folder: the model named, every component (the CLIP .pth through its fused-q/k/v
+    views) filled exactly once; the CLIP file alone is recognised, its text tower not counted as unknown."""
+    from vidax.models.wan.demo import write_demo_checkpoint
+    from vidax.models.wan.layout import ORIGINAL_CLIP
+    from vidax.models.wan.original_fixture import write_original_from_diffusers
+
+    diff = write_demo_checkpoint(tmp_path / "diff", seed=2, task="i2v",
+                                 image_encoder_overrides=dict(hidden_size=160, num_attention_heads=2))
+    orig = write_original_from_diffusers(diff, tmp_path / "orig")
+    assert main(["inspect", str(orig)]) == 0
+    out = capsys.readouterr().out
+    assert "Wan2.1 image-to-video, original layout" in out and f"image_encoder: {orig / ORIGINAL_CLIP}" in out
+    assert out.count("every parameter filled exactly once") == 4
+    assert main(["inspect", str(orig / ORIGINAL_CLIP)]) == 0
+    out = capsys.readouterr().out
+    assert "CLIP image encoder (Wan original layout) (100% of keys mapped)" in out
+    assert "keys our map does not know: 0" in out

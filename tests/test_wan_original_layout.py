@@ -373,3 +373,113 @@ def test_original_a14b_release_loads_like_the_diffusers_layout(tmp_path):
     out_a, out_b = a("a red panda", "blurry", **kw), b("a red panda", "blurry", **kw)
     assert out_a.metrics["expert_switch_step"] == out_b.metrics["expert_switch_step"] == 2
     np.testing.assert_allclose(out_a.frames, out_b.frames, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- image and Wan2.2 TI2V releases
+
+
+@pytest.mark.parametrize("task", ["i2v", "flf2v", "ti2v"])
+def test_image_and_ti2v_releases_load_like_the_diffusers_layout(task, tmp_path):
+    """Wan2.1 I2V / FLF2V (with the CLIP .pth) and Wan2.2 TI2V-5B (Wan2.2_VAE.pth) in the original layout give
+    the same frames as the same weights in the diffusers layout, whose pipelines match diffusers' (tests
+    test_wan_i2v, test_wan22). The TI2V folder carries the release's hard-coded latent statistics, which
+    the original layout cannot store."""
+    from PIL import Image
+
+    from vidax.models.wan.demo import write_demo_checkpoint
+    from vidax.models.wan.layout import ORIGINAL_CLIP, ORIGINAL_VAE_22
+    from vidax.models.wan.original_fixture import write_original_from_diffusers
+
+    v22 = wan_vae.WAN22_VAE_ORIGINAL
+    over = (dict(vae_overrides=dict(latents_mean=list(v22.latents_mean), latents_std=list(v22.latents_std)))
+            if task == "ti2v" else dict(image_encoder_overrides=dict(hidden_size=160, num_attention_heads=2)))
+    diff = write_demo_checkpoint(tmp_path / "diff", seed=3, task=task, **over)
+    orig = write_original_from_diffusers(diff, tmp_path / "orig")
+    assert (orig / (ORIGINAL_VAE_22 if task == "ti2v" else ORIGINAL_CLIP)).is_file()
+    assert detect_layout(orig) == "original"
+    a, b = (WanPipeline.from_pretrained(f, dtype="float32") for f in (diff, orig))
+    assert b.layout == "original" and b.condition_mode == a.condition_mode == ("expand" if task == "ti2v" else "concat")
+    assert b.vae_cfg == a.vae_cfg and b.transformer_cfg == a.transformer_cfg
+    image = Image.fromarray((np.random.default_rng(0).random((70, 100, 3)) * 255).astype(np.uint8))
+    kw = dict(height=32, width=64 if task == "ti2v" else 32, num_frames=5, num_inference_steps=3, flow_shift=3.0,
+              output_type="float", progress=False, image=image, last_image=image if task == "flf2v" else None)
+    out_a, out_b = a("a cat surfing", "blurry", **kw), b("a cat surfing", "blurry", **kw)
+    assert out_a.frames.std() > 0.01
+    np.testing.assert_allclose(out_b.frames, out_a.frames, atol=1e-6)
+
+
+def test_original_i2v_release_without_its_clip_file_names_it(tmp_path):
+    from vidax.models.wan.demo import write_demo_checkpoint
+    from vidax.models.wan.layout import ORIGINAL_CLIP
+    from vidax.models.wan.original_fixture import write_original_from_diffusers
+
+    diff = write_demo_checkpoint(tmp_path / "diff", seed=1, task="i2v",
+                                 image_encoder_overrides=dict(hidden_size=160, num_attention_heads=2))
+    orig = write_original_from_diffusers(diff, tmp_path / "orig")
+    (orig / ORIGINAL_CLIP).unlink()
+    with pytest.raises(CheckpointError, match=f"missing {ORIGINAL_CLIP} \\(the image encoder\\).*Wan2.1-I2V"):
+        resolve_checkpoint(orig)
+
+
+def test_released_wan22_vae_size_is_inferred():
+    """The TI2V-5B VAE as the release hard-codes it (Wan2_2_VAE: c_dim 160, dec_dim 256, z_dim 48) reads back
+    exactly from its tensor shapes."""
+    vae = wan_vae.WAN22_VAE_ORIGINAL
+    shapes = _checkpoint_shapes(wan_vae.vae_keymap_original(vae), wan_vae.vae_specs(vae))
+    assert wan_vae.vae_config_from_original_shapes(shapes) == vae
+    assert shapes["encoder.conv1.weight"] == (160, 12, 3, 3, 3) and shapes["decoder.conv1.weight"] == (1024, 48, 3, 3, 3)
+    assert shapes["conv2.weight"] == (48, 48, 1, 1, 1) and shapes["decoder.head.2.weight"] == (12, 256, 3, 3, 3)
+
+
+def _diffusers_vae22_name(key: str) -> str:
+    """diffusers' ``convert_vae_22`` (scripts/convert_wan_to_diffusers.py) renames of a Wan2.2 VAE key, restated."""
+    fixed = {"encoder.conv1": "encoder.conv_in", "decoder.conv1": "decoder.conv_in", "conv1": "quant_conv",
+             "conv2": "post_quant_conv", "encoder.head.0": "encoder.norm_out", "encoder.head.2": "encoder.conv_out",
+             "decoder.head.0": "decoder.norm_out", "decoder.head.2": "decoder.conv_out"}
+    stem, leaf = key.rsplit(".", 1)
+    if stem in fixed:
+        return f"{fixed[stem]}.{leaf}"
+    residual = {"residual.0": "norm1", "residual.2": "conv1", "residual.3": "norm2", "residual.6": "conv2",
+                "shortcut": "conv_shortcut"}
+
+    def block(name):
+        for old, new in residual.items():
+            if name.endswith("." + old):
+                return name[: -len(old)] + new
+        return name
+
+    m = re.fullmatch(r"(encoder|decoder)\.middle\.(\d)\.(.*)", stem)
+    if m:
+        where, i, rest = m.groups()
+        part = {"0": "resnets.0", "1": "attentions.0", "2": "resnets.1"}[i]
+        return f"{block(f'{where}.mid_block.{part}.{rest}')}.{leaf}"
+    m = re.fullmatch(r"encoder\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.*)", stem)
+    if m:
+        i, j, rest = m.groups()
+        if rest.startswith(("residual", "shortcut")):
+            return f"{block(f'encoder.down_blocks.{i}.resnets.{j}.{rest}')}.{leaf}"
+        return f"encoder.down_blocks.{i}.downsampler.{rest}.{leaf}"
+    m = re.fullmatch(r"decoder\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.*)", stem)
+    if m:
+        i, j, rest = m.groups()
+        if rest.startswith(("residual", "shortcut")):
+            return f"{block(f'decoder.up_blocks.{i}.resnets.{j}.{rest}')}.{leaf}"
+        return f"decoder.up_blocks.{i}.upsampler.{rest}.{leaf}"
+    raise AssertionError(f"unexpected Wan2.2 VAE key {key}")
+
+
+def test_wan22_vae_original_names_follow_diffusers_converter():
+    """Every Wan2.2_VAE.pth key our map knows, renamed as diffusers' convert_vae_22 renames it, is the diffusers
+    key of the same parameter; and the original names follow wan/modules/vae2_2.py's module tree."""
+    vae = wan_vae.WAN22_VAE_ORIGINAL
+    original = {r.key: r.path for r in wan_vae.vae_keymap_original(vae).rules}
+    diffusers = {r.key: r.path for r in wan_vae.vae_keymap(vae).rules}
+    assert len(original) == len(diffusers)
+    for key, path in original.items():
+        assert diffusers[_diffusers_vae22_name(key)] == path, key
+    # Down_ResidualBlock 0: two residual blocks then the (2D) resample; Up_ResidualBlock 1: three then a 3D upsample.
+    for key in ("encoder.downsamples.0.downsamples.1.residual.6.weight", "encoder.downsamples.0.downsamples.2.resample.1.weight",
+                "encoder.downsamples.1.downsamples.2.time_conv.weight", "decoder.upsamples.1.upsamples.2.residual.0.gamma",
+                "decoder.upsamples.1.upsamples.3.time_conv.weight", "decoder.upsamples.2.upsamples.0.shortcut.weight",
+                "encoder.downsamples.1.downsamples.0.shortcut.weight"):
+        assert key in original, key

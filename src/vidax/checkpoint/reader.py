@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
@@ -214,4 +216,113 @@ class CountingReader:
         inner = getattr(self.reader, "get_slice", None)
         a = inner(key, index) if inner is not None else self.reader.get(key)[index]
         self._count(key, a.nbytes)
+        return a
+
+
+@dataclass(frozen=True)
+class TensorViews:
+    """Checkpoint tensors read as other tensors: fused ones split, leading size-1 axes dropped.
+
+    Some layouts store what the model declares as several parameters in one tensor (the original
+    Wan CLIP's fused ``attn.to_qkv``), or with broadcast axes (its ``cls_embedding`` of shape
+    ``(1, 1, D)``). A key map rule maps one tensor to one parameter, so such a layout declares its
+    views here and reads through :meth:`reader`; the views are NumPy views of the memory map, no copy.
+
+    * ``split``: ``{regex: part_names}``. A matching key ``K`` of shape ``(n * m, ...)`` is replaced by
+      ``K[part]`` for each part name, the ``m`` consecutive rows ``[i * m, (i + 1) * m)`` of part ``i``
+      (PyTorch's ``Linear(d, 3d)`` output features, ordered q, k, v, for ``("q", "k", "v")``).
+      Error messages then name ``...to_qkv.weight[k]``, which points at the real tensor.
+    * ``squeeze``: regexes of keys whose leading size-1 axes are dropped (``(1, 1, D)`` -> ``(D,)``).
+
+    :meth:`merge` is the inverse, for writers: parts concatenated back, and the leading axes restored
+    from ``shapes``.
+    """
+
+    split: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    squeeze: tuple[str, ...] = ()
+
+    def reader(self, reader) -> _ViewReader:
+        """``reader`` with these views applied (same ``keys/shape/dtype/get`` interface)."""
+        return _ViewReader(reader, self)
+
+    def _split_parts(self, key: str) -> tuple[str, ...] | None:
+        for pattern, parts in self.split.items():
+            if re.fullmatch(pattern, key):
+                return parts
+        return None
+
+    def _squeezed(self, key: str) -> bool:
+        return any(re.fullmatch(p, key) for p in self.squeeze)
+
+    def merge(self, tensors: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+        """The inverse of :meth:`reader`: ``{K[part]: a}`` -> ``{K: concat(parts)}``, squeezed tensors reshaped.
+
+        Args:
+          tensors: state dict with view keys (e.g. from :func:`vidax.checkpoint.writer.to_state_dict`).
+          shapes: ``{key: stored shape}`` of the squeezed keys (their leading axes are not recoverable).
+        """
+        out: dict[str, np.ndarray] = {}
+        pending: dict[str, dict[str, np.ndarray]] = {}
+        for key, value in tensors.items():
+            m = re.fullmatch(r"(.*)\[([^\]]+)\]", key)
+            if m and self._split_parts(m.group(1)) is not None:
+                pending.setdefault(m.group(1), {})[m.group(2)] = value
+            elif self._squeezed(key):
+                out[key] = np.ascontiguousarray(value.reshape(shapes[key]))
+            else:
+                out[key] = value
+        for key, parts in pending.items():
+            names = self._split_parts(key)
+            out[key] = np.ascontiguousarray(np.concatenate([parts[n] for n in names], axis=0))
+        return out
+
+
+class _ViewReader:
+    """A reader through :class:`TensorViews` (see there)."""
+
+    def __init__(self, reader, views: TensorViews):
+        self.inner = reader
+        self.path = getattr(reader, "path", None)
+        self._map: dict[str, tuple[str, int, int]] = {}  # view key -> (key, part index, parts); -1: squeeze, 0: plain
+        for key in reader.keys():
+            parts = views._split_parts(key)
+            if parts is not None:
+                rows = reader.shape(key)[0] if reader.shape(key) else 0
+                if not reader.shape(key) or rows % len(parts):
+                    raise CheckpointError(f"{key}: shape {tuple(reader.shape(key))} cannot be split into "
+                                          f"{len(parts)} equal parts {list(parts)} along its first axis")
+                for i, name in enumerate(parts):
+                    self._map[f"{key}[{name}]"] = (key, i, len(parts))
+            elif views._squeezed(key):
+                self._map[key] = (key, -1, 0)
+            else:
+                self._map[key] = (key, 0, 0)
+
+    def keys(self) -> list[str]:
+        return list(self._map)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._map
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        src, i, n = self._map[key]
+        shape = tuple(self.inner.shape(src))
+        if n:
+            return (shape[0] // n, *shape[1:])
+        if i == -1:
+            lead = next((j for j, s in enumerate(shape) if s != 1), len(shape) - 1)
+            return shape[lead:]
+        return shape
+
+    def dtype(self, key: str) -> np.dtype:
+        return self.inner.dtype(self._map[key][0])
+
+    def get(self, key: str) -> np.ndarray:
+        src, i, n = self._map[key]
+        a = self.inner.get(src)
+        if n:
+            m = a.shape[0] // n
+            return a[i * m : (i + 1) * m]
+        if i == -1:
+            return a.reshape(self.shape(key))
         return a

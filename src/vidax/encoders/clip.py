@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear as linear_rules, norm as norm_rules, rules
+from vidax.checkpoint.reader import CheckpointReader, TensorViews
 from vidax.core.attention import AttentionImpl, attention
 from vidax.core.layers import layer_norm, linear
 from vidax.core.params import ParamSpec, SpecTree
@@ -230,6 +231,120 @@ def load_clip_vision(folder: str | os.PathLike, dtype: Any = np.float32, **load_
     params = load_params(reader, clip_keymap(cfg, reader.keys()), clip_specs(cfg), dtype, source=str(folder),
                          **load_kwargs)
     return params, cfg
+
+
+# --------------------------------------------------------------------------- the original Wan CLIP file
+
+#: Head width of the ViT-H/14 image tower in the Wan2.1 I2V / FLF2V releases: ``wan/modules/clip.py``
+#: (``clip_xlm_roberta_vit_h_14``) hard-codes ``vision_dim=1280, vision_heads=16``; the file stores no
+#: head count, so it is ``width / 80``.
+WAN_CLIP_HEAD_DIM = 80
+
+#: The original file's fused q/k/v (``attn.to_qkv``: ``Linear(d, 3d)``, output features q, k, v, as
+#: ``SelfAttention.forward`` unbinds them) and its broadcast-shaped embeddings, read as our parameters.
+WAN_CLIP_VIEWS = TensorViews(
+    split={r"visual\.transformer\.\d+\.attn\.to_qkv\.(weight|bias)": ("q", "k", "v")},
+    squeeze=(r"visual\.cls_embedding", r"visual\.pos_embedding"),
+)
+
+
+def clip_keymap_wan_original(cfg: CLIPVisionConfig) -> KeyMap:
+    """Key map of ``models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth`` (read through :data:`WAN_CLIP_VIEWS`).
+
+    The file is the whole ``XLMRobertaCLIP`` state dict of the Wan repository (``wan/modules/clip.py``);
+    its ``visual`` ``VisionTransformer`` (pre-norm, class token, exact-erf GELU) is the same network as
+    transformers' ``CLIPVisionModelWithProjection``: ``cls_embedding`` -> ``class_embedding``,
+    ``pos_embedding`` -> ``position_embedding``, ``pre_norm`` / ``post_norm`` -> ``pre_layrnorm`` /
+    ``post_layernorm``, per block ``norm1`` / ``norm2`` -> ``layer_norm1`` / ``layer_norm2``,
+    ``attn.to_qkv`` (split) -> ``q_proj`` / ``k_proj`` / ``v_proj``, ``attn.proj`` -> ``out_proj``,
+    ``mlp.0`` / ``mlp.2`` -> ``fc1`` / ``fc2``, and ``head`` (a ``(width, 1024)`` matrix applied as
+    ``x @ head``) -> ``visual_projection`` (our ``(in, out)`` kernel, as stored). The text tower
+    (``textual.*``) and ``log_scale`` are ignored: Wan conditions on the image tower only.
+    """
+    layer = "visual.transformer.{i}"
+    qkv = [Rule(f"{layer}.attn.to_qkv.weight[{n}]", f"layers/{n}_proj/kernel", "linear") for n in "qkv"]
+    qkv += [Rule(f"{layer}.attn.to_qkv.bias[{n}]", f"layers/{n}_proj/bias") for n in "qkv"]
+    return KeyMap(
+        rules(
+            Rule("visual.cls_embedding", "embeddings/class_embedding"),
+            conv("visual.patch_embedding", "embeddings/patch_embedding", dims=2, bias=False),
+            Rule("visual.pos_embedding", "embeddings/position_embedding"),
+            norm_rules("visual.pre_norm", "pre_layrnorm"),
+            norm_rules(f"{layer}.norm1", "layers/layer_norm1"),
+            qkv,
+            linear_rules(f"{layer}.attn.proj", "layers/out_proj"),
+            norm_rules(f"{layer}.norm2", "layers/layer_norm2"),
+            linear_rules(f"{layer}.mlp.0", "layers/fc1"),
+            linear_rules(f"{layer}.mlp.2", "layers/fc2"),
+            norm_rules("visual.post_norm", "post_layernorm"),
+            Rule("visual.head", "visual_projection/kernel") if cfg.with_projection else [],
+        ),
+        ignore=[r"textual\.", r"log_scale\Z"],
+    )
+
+
+def clip_config_from_wan_original_shapes(shapes: dict[str, tuple[int, ...]]) -> CLIPVisionConfig:
+    """The image tower's :class:`CLIPVisionConfig` from the original file's tensor shapes.
+
+    Width and patch from ``visual.patch_embedding.weight`` ``(D, 3, p, p)``, image size from
+    ``visual.pos_embedding`` ``(1, (S / p)^2 + 1, D)``, MLP width from ``mlp.0``, depth from the
+    block count, projection width from ``visual.head``; heads ``D / 80`` (:data:`WAN_CLIP_HEAD_DIM`);
+    LayerNorm eps 1e-5 and exact GELU as ``clip_xlm_roberta_vit_h_14``.
+
+    Raises:
+      CheckpointError: a tensor the tower needs is missing (named), or the width is not a multiple of 80.
+    """
+    from vidax.checkpoint.errors import CheckpointError
+
+    def need(key):
+        if key not in shapes:
+            raise CheckpointError(f"not a Wan CLIP file (XLMRobertaCLIP state dict): tensor {key!r} is missing")
+        return tuple(shapes[key])
+
+    width, channels, patch, _ = need("visual.patch_embedding.weight")
+    tokens = need("visual.pos_embedding")[-2]
+    layers = 1 + max((int(k.split(".")[2]) for k in shapes if k.startswith("visual.transformer.")), default=-1)
+    if width % WAN_CLIP_HEAD_DIM or layers < 1:
+        raise CheckpointError(f"Wan CLIP file: image tower of width {width} and {layers} blocks; expected a width that "
+                              f"is a multiple of {WAN_CLIP_HEAD_DIM} (ViT-H/14: 1280) and at least one block")
+    return CLIPVisionConfig(
+        hidden_size=width, intermediate_size=need("visual.transformer.0.mlp.0.weight")[0], num_hidden_layers=layers,
+        num_attention_heads=width // WAN_CLIP_HEAD_DIM, image_size=round(math.sqrt(tokens - 1)) * patch,
+        patch_size=patch, num_channels=channels, layer_norm_eps=1e-5, hidden_act="gelu",
+        projection_dim=need("visual.head")[1], with_projection=True,
+    )
+
+
+def load_clip_vision_wan_original(path: str | os.PathLike, dtype: Any = np.float32,
+                                  **load_kwargs) -> tuple[dict, CLIPVisionConfig]:
+    """Load the image tower of the original Wan CLIP file (a PyTorch ``.pth``, read without PyTorch), strictly.
+
+    Returns:
+      ``(params, cfg)``, the same tree :func:`load_clip_vision` gives for the diffusers ``image_encoder/``.
+
+    Raises:
+      CheckpointError: the file is missing or corrupt, or a tensor is missing, unexpected or of the
+        wrong shape (all listed).
+    """
+    from vidax.checkpoint.loader import load_params
+
+    raw = CheckpointReader(path)
+    cfg = clip_config_from_wan_original_shapes({k: raw.shape(k) for k in raw.keys()})
+    params = load_params(WAN_CLIP_VIEWS.reader(raw), clip_keymap_wan_original(cfg), clip_specs(cfg), dtype,
+                         source=str(path), **load_kwargs)
+    return params, cfg
+
+
+def load_image_encoder(path: str | os.PathLike, dtype: Any = np.float32, **load_kwargs) -> tuple[dict, CLIPVisionConfig]:
+    """A Wan image encoder from either layout: a transformers folder (diffusers ``image_encoder/``,
+    :func:`load_clip_vision`) or the original release's CLIP file (:func:`load_clip_vision_wan_original`).
+
+    Raises:
+      CheckpointError: see the two loaders.
+    """
+    if Path(path).is_file():
+        return load_clip_vision_wan_original(path, dtype, **load_kwargs)
+    return load_clip_vision(path, dtype, **load_kwargs)
 
 
 # --------------------------------------------------------------------------- forward

@@ -94,7 +94,8 @@ class WanTransformerConfig:
         return cfg
 
     @classmethod
-    def from_original_dict(cls, config: dict[str, Any], *, image_embedder: bool | None = None) -> WanTransformerConfig:
+    def from_original_dict(cls, config: dict[str, Any], *, image_embedder: bool | None = None,
+                           image_dim: int = 1280) -> WanTransformerConfig:
         """Build from the ``config.json`` of an original Wan2.1 release (``WanModel``, ``Wan-AI/Wan2.1-T2V-*``).
 
         Key mapping (``wan/modules/model.py``, ``WanModel.__init__``): ``dim`` ->
@@ -111,7 +112,8 @@ class WanTransformerConfig:
         Wan2.1) get ``image_dim=1280``, ``added_kv_proj_dim=dim`` and, FLF2V, ``pos_embed_seq_len=514``
         (2 x 257 CLIP tokens); Wan2.2 I2V A14B has the same config keys but no ``img_emb``:
         ``image_embedder`` (whether the checkpoint holds ``img_emb.*`` tensors) tells them apart
-        (None: assume Wan2.1's). ``"ti2v"`` (Wan2.2 TI2V-5B) has neither.
+        (None: assume Wan2.1's). ``"ti2v"`` (Wan2.2 TI2V-5B) has neither. ``image_dim`` is the CLIP width
+        the embedder takes (1280 in every release; the loader reads it from ``img_emb.proj.0.weight``).
 
         Raises:
           ValueError: ``_class_name`` other than ``WanModel``; ``model_type`` other than
@@ -154,7 +156,9 @@ class WanTransformerConfig:
             )
         image = {}
         if model_type in ("i2v", "flf2v") and (image_embedder is None or image_embedder):
-            image = dict(image_dim=1280, added_kv_proj_dim=dim, pos_embed_seq_len=514 if model_type == "flf2v" else None)
+            tokens = 2 * ((224 // 14) ** 2 + 1)  # FLF2V: first and last frame's 257 CLIP tokens
+            image = dict(image_dim=int(image_dim), added_kv_proj_dim=dim,
+                         pos_embed_seq_len=tokens if model_type == "flf2v" else None)
         return cls(
             **image,
             patch_size=tuple(int(p) for p in config.get("patch_size", (1, 2, 2))),

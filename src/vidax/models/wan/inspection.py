@@ -10,6 +10,14 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.inspect import best_keymap, format_summary, summarize, unknown_keys
 from vidax.checkpoint.loader import plan_load
 from vidax.checkpoint.reader import CheckpointReader
+from vidax.encoders.clip import (
+    WAN_CLIP_VIEWS,
+    CLIPVisionConfig,
+    clip_config_from_wan_original_shapes,
+    clip_keymap,
+    clip_keymap_wan_original,
+    clip_specs,
+)
 from vidax.encoders.t5 import T5Config, t5_config_from_wan_original_shapes, t5_keymap, t5_keymap_wan_original, t5_specs
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.config import WanTransformerConfig
@@ -44,13 +52,20 @@ def _candidates(path: Path, reader) -> dict:
     vcfg_orig = attempt(lambda: wan_vae.vae_config_from_original_shapes(shapes), wan_vae.WanVAEConfig())
     ecfg = attempt(lambda: T5Config.from_dict(config), T5Config()) if "d_model" in config else T5Config()
     ecfg_orig = attempt(lambda: t5_config_from_wan_original_shapes(shapes), T5Config())
+    ccfg = attempt(lambda: CLIPVisionConfig.from_dict(config), CLIPVisionConfig()) if "hidden_size" in config \
+        else CLIPVisionConfig()
+    raw = getattr(reader, "inner", reader)  # the CLIP file is inspected through its views; its shapes are the raw ones
+    ccfg_orig = attempt(lambda: clip_config_from_wan_original_shapes({k: tuple(raw.shape(k)) for k in raw.keys()}),
+                        CLIPVisionConfig(with_projection=True))
     return {
         "Wan2.1 transformer (diffusers layout)": transformer_keymap_diffusers(tcfg),
         "Wan2.1 transformer (original layout)": transformer_keymap_original(tcfg_orig),
-        "Wan2.1 VAE (diffusers layout)": wan_vae.vae_keymap(vcfg),
-        "Wan2.1 VAE (original layout)": wan_vae.vae_keymap_original(vcfg_orig),
+        "Wan VAE (diffusers layout)": wan_vae.vae_keymap(vcfg),
+        "Wan VAE (original layout)": wan_vae.vae_keymap_original(vcfg_orig),
         "UMT5 encoder (transformers layout)": t5_keymap(ecfg),
         "UMT5 encoder (Wan original layout)": t5_keymap_wan_original(ecfg_orig),
+        "CLIP image encoder (transformers layout)": clip_keymap(ccfg, reader.keys()),
+        "CLIP image encoder (Wan original layout)": clip_keymap_wan_original(ccfg_orig),
     }
 
 
@@ -66,6 +81,31 @@ def _component_lines(name: str, reader, keymap, specs, source: str) -> list[str]
     except CheckpointError as e:
         lines += ["  " + line for line in str(e).splitlines()]
     return lines
+
+
+def _describe(ckpt, tcfg: WanTransformerConfig) -> str:
+    """The model a resolved Wan checkpoint holds, from its configuration."""
+    if ckpt.transformer_2_weights is not None:
+        task = "image-to-video" if tcfg.in_channels != tcfg.out_channels else "text-to-video"
+        return f"Wan2.2 A14B {task} (two experts, boundary {ckpt.boundary_ratio})"
+    if ckpt.expand_timesteps:
+        return "Wan2.2 TI2V-5B text/image-to-video"
+    if tcfg.pos_embed_seq_len is not None:
+        return "Wan2.1 first-last-frame-to-video"
+    if tcfg.in_channels != tcfg.out_channels:
+        return "Wan2.1 image-to-video"
+    return "Wan2.1 text-to-video"
+
+
+def _image_encoder_lines(where: Path) -> list[str]:
+    if where.is_file():  # the original release's CLIP .pth: the image tower through its views
+        raw = CheckpointReader(where)
+        ccfg = clip_config_from_wan_original_shapes({k: raw.shape(k) for k in raw.keys()})
+        return _component_lines("image_encoder", WAN_CLIP_VIEWS.reader(raw), clip_keymap_wan_original(ccfg),
+                                clip_specs(ccfg), str(where))
+    ccfg = CLIPVisionConfig.from_dict(json.loads((where / "config.json").read_text()))
+    reader = CheckpointReader(where)
+    return _component_lines("image_encoder", reader, clip_keymap(ccfg, reader.keys()), clip_specs(ccfg), str(where))
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
@@ -90,8 +130,8 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
                 raise  # not a component folder either: the layout error says what was expected
     if ckpt is not None:
         maps = ckpt.maps
-        lines = [f"{path}: Wan2.1 text-to-video, {ckpt.layout} layout"]
         tcfg = ckpt.transformer_config()
+        lines = [f"{path}: {_describe(ckpt, tcfg)}, {ckpt.layout} layout"]
         lines.append(f"  transformer: {tcfg.num_layers} blocks, dim {tcfg.dim} ({tcfg.num_attention_heads} heads x "
                      f"{tcfg.attention_head_dim}), ffn {tcfg.ffn_dim}")
         lines += _component_lines("transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg),
@@ -103,9 +143,13 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
         ecfg = ckpt.text_encoder_config(ereader)
         lines += _component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
                                   str(ckpt.text_encoder_weights))
+        if ckpt.image_encoder is not None:
+            lines += _image_encoder_lines(ckpt.image_encoder)
         lines.append(f"tokenizer: {ckpt.tokenizer}")
         return lines
     reader = CheckpointReader(path)
+    if any(k.startswith("visual.transformer.") for k in reader.keys()):  # the original Wan CLIP file
+        reader = WAN_CLIP_VIEWS.reader(reader)
     candidates = _candidates(path, reader)
     name, share = best_keymap(reader, candidates)
     if name is None or share < 0.5:

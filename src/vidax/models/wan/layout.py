@@ -16,7 +16,12 @@ Two layouts of the same Wan2.1 T2V weights are published:
     repository hard-codes them (``wan/modules/vae.py``, ``wan/modules/t5.py``,
     ``wan/text2video.py``), and so do we (:data:`~vidax.models.wan.vae.WAN21_VAE_ORIGINAL`,
     :data:`~vidax.encoders.t5.UMT5_XXL`; the sizes are read back from the tensor shapes, which
-    for the released files gives exactly those).
+    for the released files gives exactly those). The image and Wan2.2 releases add or swap files:
+    Wan2.1 I2V / FLF2V (``model_type`` ``i2v`` / ``flf2v``) add
+    ``models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth`` (the CLIP image encoder, read by
+    :func:`vidax.encoders.clip.load_clip_vision_wan_original`); Wan2.2 TI2V-5B (``ti2v``) has
+    ``Wan2.2_VAE.pth`` instead of ``Wan2.1_VAE.pth`` and per-token timesteps; Wan2.2 A14B keeps its
+    two experts in ``high_noise_model/`` and ``low_noise_model/``.
 
 :func:`detect_layout` tells them apart by the files present (``model_index.json`` =>
 diffusers; ``config.json`` naming ``WanModel``, or the original ``.pth`` files, => original),
@@ -31,6 +36,7 @@ resolver naming the files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -69,8 +75,13 @@ ORIGINAL_CONFIG = "config.json"
 ORIGINAL_TRANSFORMER = "diffusion_pytorch_model.safetensors"
 ORIGINAL_TRANSFORMER_INDEX = "diffusion_pytorch_model.safetensors.index.json"
 ORIGINAL_VAE = "Wan2.1_VAE.pth"
+#: The Wan2.2 VAE of the TI2V-5B release (``Wan-AI/Wan2.2-TI2V-5B``; 48 latent channels).
+ORIGINAL_VAE_22 = "Wan2.2_VAE.pth"
 ORIGINAL_T5 = "models_t5_umt5-xxl-enc-bf16.pth"
 ORIGINAL_TOKENIZER = "google/umt5-xxl"
+#: The CLIP of the Wan2.1 I2V / FLF2V releases (``wan/modules/clip.py``: ``XLMRobertaCLIP``; its
+#: ViT-H/14 ``visual`` tower is the image encoder, the XLM-RoBERTa text tower is unused).
+ORIGINAL_CLIP = "models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth"
 
 #: Flow shift the Wan repository samples T2V with when none is given (``generate.py``,
 #: ``_validate_args``: ``sample_shift = 5.0`` for t2v); an explicit ``flow_shift`` / preset overrides it.
@@ -155,7 +166,8 @@ class WanCheckpoint:
       text_encoder_weights, text_encoder_config_path, tokenizer, scheduler_config_path: paths.
       transformer_2_config_path, transformer_2_weights: the low-noise expert of a Wan2.2 A14B
         checkpoint (diffusers ``transformer_2/``, original ``low_noise_model/``), else None.
-      image_encoder: the CLIP vision folder (diffusers ``image_encoder/``; Wan2.1 I2V / FLF2V), else None.
+      image_encoder: the CLIP vision folder (diffusers ``image_encoder/``; Wan2.1 I2V / FLF2V), or the original
+        release's CLIP file (:data:`ORIGINAL_CLIP`), else None.
       image_processor: the folder holding ``preprocessor_config.json`` (diffusers ``image_processor/``), else None.
       pipeline_config: ``model_index.json`` settings that change sampling: ``boundary_ratio`` (two
         experts), ``expand_timesteps`` (Wan2.2 TI2V per-token timesteps), ``_class_name``.
@@ -193,9 +205,17 @@ class WanCheckpoint:
     def _transformer_config(self, config_path: Path, weights: Path) -> WanTransformerConfig:
         config = _read_json(config_path)
         if self.layout == ORIGINAL:
-            # Wan2.1 I2V and Wan2.2 I2V A14B share config keys; only Wan2.1's has the CLIP embedder img_emb.*.
-            embedder = any(k.startswith("img_emb.") for k in _reader(weights).keys())
-            return WanTransformerConfig.from_original_dict(config, image_embedder=embedder)
+            # Wan2.1 I2V and Wan2.2 I2V A14B share config keys; only Wan2.1's has the CLIP embedder img_emb.*
+            # (its first LayerNorm gives the CLIP width; FLF2V's img_emb.emb_pos the token count).
+            reader = _reader(weights)
+            embedder = any(k.startswith("img_emb.") for k in reader.keys())
+            extra = {}
+            if "img_emb.proj.0.weight" in reader:
+                extra["image_dim"] = reader.shape("img_emb.proj.0.weight")[0]
+            cfg = WanTransformerConfig.from_original_dict(config, image_embedder=embedder, **extra)
+            if "img_emb.emb_pos" in reader and cfg.pos_embed_seq_len != reader.shape("img_emb.emb_pos")[1]:
+                cfg = dataclasses.replace(cfg, pos_embed_seq_len=reader.shape("img_emb.emb_pos")[1])
+            return cfg
         return self.maps.transformer_config(config)
 
     def transformer_reader(self):
@@ -224,7 +244,7 @@ class WanCheckpoint:
         return bool(self.pipeline_config.get("expand_timesteps", False))
 
     def vae_reader(self):
-        """A reader over the VAE weights (safetensors folder, or ``Wan2.1_VAE.pth``)."""
+        """A reader over the VAE weights (safetensors folder, or ``Wan2.1_VAE.pth`` / ``Wan2.2_VAE.pth``)."""
         return _reader(self.vae_weights)
 
     def text_encoder_reader(self):
@@ -315,7 +335,7 @@ def detect_layout(folder: str | os.PathLike) -> str:
         return VIDAX
     if (folder / "model_index.json").is_file():
         return DIFFUSERS
-    original_files = [n for n in (ORIGINAL_VAE, ORIGINAL_T5, ORIGINAL_TOKENIZER) if (folder / n).exists()]
+    original_files = [n for n in (ORIGINAL_VAE, ORIGINAL_VAE_22, ORIGINAL_T5, ORIGINAL_TOKENIZER) if (folder / n).exists()]
     config_path = folder / ORIGINAL_CONFIG
     if config_path.is_file():
         config = _read_json(config_path)
@@ -449,30 +469,50 @@ def _resolve_original_experts(folder: Path) -> WanCheckpoint:
 
 
 def _resolve_original(folder: Path) -> WanCheckpoint:
+    """An original single-transformer release: Wan2.1 T2V / I2V / FLF2V, or Wan2.2 TI2V-5B.
+
+    ``model_type`` in ``config.json`` says which files belong: ``ti2v`` takes ``Wan2.2_VAE.pth`` and
+    per-token timesteps; ``i2v`` / ``flf2v`` take the CLIP file (``models_clip_...pth``) when the
+    transformer has a CLIP embedder; everything else ``Wan2.1_VAE.pth``.
+    """
     if (folder / ORIGINAL_HIGH_NOISE).is_dir() and not (folder / ORIGINAL_CONFIG).is_file():
         return _resolve_original_experts(folder)
     missing = []
+    model_type = "t2v"
     if not (folder / ORIGINAL_CONFIG).is_file():
         missing.append(ORIGINAL_CONFIG)
+    else:
+        model_type = _read_json(folder / ORIGINAL_CONFIG).get("model_type", "t2v")
     weights = _original_transformer_weights(folder)
     if weights is None:
         missing.append(f"{ORIGINAL_TRANSFORMER} (or {ORIGINAL_TRANSFORMER_INDEX} with its shards)")
-    for name in (ORIGINAL_VAE, ORIGINAL_T5):
+    vae = ORIGINAL_VAE_22 if model_type == "ti2v" else ORIGINAL_VAE
+    for name in (vae, ORIGINAL_T5):
         if not (folder / name).is_file():
             missing.append(name)
     if not (folder / ORIGINAL_TOKENIZER / "tokenizer.json").is_file():
         missing.append(f"{ORIGINAL_TOKENIZER}/tokenizer.json")
+    clip = None
+    if model_type in ("i2v", "flf2v") and weights is not None and any(
+            k.startswith("img_emb.") for k in _reader(weights).keys()):
+        clip = folder / ORIGINAL_CLIP
+        if not clip.is_file():
+            missing.append(f"{ORIGINAL_CLIP} (the image encoder)")
     if missing:
+        example = {"ti2v": "Wan-AI/Wan2.2-TI2V-5B", "i2v": "Wan-AI/Wan2.1-I2V-14B-480P",
+                   "flf2v": "Wan-AI/Wan2.1-FLF2V-14B-720P"}.get(model_type, "Wan-AI/Wan2.1-T2V-1.3B")
         raise CheckpointError(
             f"{folder}: original-layout Wan folder is missing {', '.join(missing)}; re-download "
-            f"the complete Wan2.1 release (e.g. Wan-AI/Wan2.1-T2V-1.3B)"
+            f"the complete release (e.g. {example})"
         )
     return WanCheckpoint(
         folder=folder, layout=ORIGINAL,
         transformer_config_path=folder / ORIGINAL_CONFIG, transformer_weights=weights,
-        vae_weights=folder / ORIGINAL_VAE, vae_config_path=None,
+        vae_weights=folder / vae, vae_config_path=None,
         text_encoder_weights=folder / ORIGINAL_T5, text_encoder_config_path=None,
         tokenizer=folder / ORIGINAL_TOKENIZER, scheduler_config_path=None,
+        image_encoder=clip,
+        pipeline_config={"expand_timesteps": True} if model_type == "ti2v" else {},
     )
 
 

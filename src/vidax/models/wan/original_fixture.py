@@ -140,7 +140,7 @@ def _torch_save(tensors: dict[str, np.ndarray], path: Path, bf16: bool) -> None:
 
     sd = {}
     for k, v in tensors.items():
-        t = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+        t = torch.from_numpy(np.array(v, dtype=np.float32))  # a writable copy (sources may be read-only maps)
         sd[k] = t.to(torch.bfloat16) if bf16 else t
     tmp = path.with_name(f".{path.name}.part")
     torch.save(sd, tmp)
@@ -239,6 +239,75 @@ def write_diffusers_twin(folder: str | os.PathLike, weights: TinyWanWeights) -> 
     (folder / "scheduler").mkdir()
     write_json(folder / "scheduler" / "scheduler_config.json", demo.scheduler_config())
     write_json(folder / "model_index.json", demo.MODEL_INDEX)
+    return folder
+
+
+def write_original_from_diffusers(src: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """Rewrite a tiny diffusers-layout Wan folder (e.g. :func:`vidax.models.wan.demo.write_demo_checkpoint` of any
+    single-transformer task) in the original release layout, with the same weights. Needs PyTorch.
+
+    Files as the releases name them: ``config.json`` (``WanModel``; ``model_type`` ``t2v`` / ``i2v`` /
+    ``flf2v`` / ``ti2v`` from the checkpoint) + ``diffusion_pytorch_model.safetensors`` (original names),
+    ``Wan2.1_VAE.pth`` or, for the Wan2.2 VAE, ``Wan2.2_VAE.pth``, ``models_t5_umt5-xxl-enc-bf16.pth`` (the
+    weights in float32, so both layouts hold identical numbers), ``google/umt5-xxl/`` (the tokenizer) and,
+    with an image encoder, ``models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth``: the image tower
+    under ``visual.`` (fused ``attn.to_qkv``, ``(1, 1, D)`` class and ``(1, N, D)`` position embeddings,
+    ``head``) plus a stand-in text tower tensor and ``log_scale``, which loading ignores.
+
+    Returns:
+      ``folder`` (must not exist).
+    """
+    from vidax.checkpoint.loader import load_params
+    from vidax.encoders.clip import WAN_CLIP_VIEWS, clip_keymap_wan_original, clip_specs, load_clip_vision
+    from vidax.models.wan.layout import ORIGINAL_CLIP, ORIGINAL_VAE_22, resolve_checkpoint
+
+    src, folder = Path(src), Path(folder)
+    if folder.exists():
+        raise FileExistsError(f"{folder} exists")
+    ckpt = resolve_checkpoint(src)
+    if ckpt.layout != "diffusers" or ckpt.transformer_2_weights is not None:
+        raise ValueError(f"{src}: expected a single-transformer diffusers-layout Wan folder")
+    tcfg = ckpt.transformer_config()
+    tparams = load_params(ckpt.transformer_reader(), ckpt.maps.transformer_keymap(tcfg), transformer_specs(tcfg),
+                          place=False)
+    vcfg = ckpt.vae_config()
+    vparams = load_params(ckpt.vae_reader(), ckpt.maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), place=False)
+    ecfg = ckpt.text_encoder_config()
+    eparams = load_params(ckpt.text_encoder_reader(), ckpt.maps.text_encoder_keymap(ecfg), t5_specs(ecfg), place=False)
+    if ckpt.expand_timesteps:
+        model_type = "ti2v"
+    elif tcfg.pos_embed_seq_len is not None:
+        model_type = "flf2v"
+    else:
+        model_type = "i2v" if tcfg.in_channels != tcfg.out_channels else "t2v"
+    tjson = original_transformer_config(
+        tcfg.text_dim, dim=tcfg.dim, num_heads=tcfg.num_attention_heads, ffn_dim=tcfg.ffn_dim, freq_dim=tcfg.freq_dim,
+        in_dim=tcfg.in_channels, out_dim=tcfg.out_channels, num_layers=tcfg.num_layers, eps=tcfg.eps,
+        model_type=model_type)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        shutil.copytree(ckpt.tokenizer, tmp / ORIGINAL_TOKENIZER)
+        save_component(tmp, ORIGINAL_TRANSFORMER,
+                       to_state_dict(tparams, transformer_keymap_original(tcfg), transformer_specs(tcfg)), None)
+        write_json(tmp / "config.json", tjson)
+        _torch_save(to_state_dict(vparams, wan_vae.vae_keymap_original(vcfg), wan_vae.vae_specs(vcfg)),
+                    tmp / (ORIGINAL_VAE_22 if vcfg.is_residual else ORIGINAL_VAE), bf16=False)
+        _torch_save(to_state_dict(eparams, t5_keymap_wan_original(ecfg), t5_specs(ecfg)), tmp / ORIGINAL_T5, bf16=False)
+        if ckpt.image_encoder is not None:
+            cparams, ccfg = load_clip_vision(ckpt.image_encoder)
+            cparams = _map(np.asarray, cparams)
+            d = ccfg.hidden_size
+            views = to_state_dict(cparams, clip_keymap_wan_original(ccfg), clip_specs(ccfg))
+            sd = WAN_CLIP_VIEWS.merge(views, {"visual.cls_embedding": (1, 1, d),
+                                              "visual.pos_embedding": (1, ccfg.num_positions, d)})
+            sd["textual.token_embedding.weight"] = np.zeros((4, d), np.float32)  # stand-in for the text tower
+            sd["log_scale"] = np.array(np.log(1 / 0.07), np.float32)
+            _torch_save(sd, tmp / ORIGINAL_CLIP, bf16=False)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder
 
 

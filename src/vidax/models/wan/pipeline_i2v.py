@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.encoders.clip import CLIPImageProcessorConfig, encode_images, load_clip_vision, preprocess_images
+from vidax.encoders.clip import CLIPImageProcessorConfig, encode_images, load_image_encoder, preprocess_images
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
@@ -337,18 +337,19 @@ class WanImageToVideoPipeline(WanPipeline):
             pipe.scheduler_config = {**pipe.scheduler_config, "flow_shift": ckpt.pipeline_config["original_flow_shift"]}
         if tcfg.has_image_input:
             if ckpt.image_encoder is None:
-                hint = (" (the original release's open_clip file models_clip_open-clip-xlm-roberta-large-vit-huge-14.pth "
-                        "is not read yet: use the diffusers layout, e.g. Wan-AI/Wan2.1-I2V-14B-480P-Diffusers)"
-                        if ckpt.layout == "original" else "")
                 raise CheckpointError(f"{ckpt.folder}: the transformer takes CLIP image tokens (image_dim="
-                                      f"{tcfg.image_dim}) but the checkpoint has no image_encoder/{hint}")
-            cparams, ccfg = load_clip_vision(ckpt.image_encoder, jnp.dtype(image_encoder_dtype))
+                                      f"{tcfg.image_dim}) but the checkpoint has no image encoder (diffusers "
+                                      "image_encoder/, or the original release's models_clip_*.pth)")
+            cparams, ccfg = load_image_encoder(ckpt.image_encoder, jnp.dtype(image_encoder_dtype))
             if ccfg.hidden_size != tcfg.image_dim:
                 raise CheckpointError(f"{ckpt.folder}: the image encoder is {ccfg.hidden_size} wide but the transformer "
                                       f"expects image_dim={tcfg.image_dim}")
             pipe.image_encoder = (cparams, ccfg)
+            # Without image_processor/ (the original release): CLIP's settings at the encoder's input size.
+            size = ccfg.image_size
             pipe.image_processor = (CLIPImageProcessorConfig.from_folder(ckpt.image_processor)
-                                    if ckpt.image_processor is not None else CLIPImageProcessorConfig())
+                                    if ckpt.image_processor is not None
+                                    else CLIPImageProcessorConfig(shortest_edge=size, crop_size=(size, size)))
         pipe.load_seconds += time.perf_counter() - t0
         return pipe
 

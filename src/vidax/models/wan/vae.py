@@ -80,6 +80,21 @@ _WAN21_LATENTS_STD = (
     3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
 )  # fmt: skip
 
+# Wan2.2 (48 latent channels): Wan2_2_VAE.mean / std in the Wan2.2 repository's wan/modules/vae2_2.py
+# (diffusers' Wan2.2 vae/config.json latents_mean / latents_std hold the same values).
+_WAN22_LATENTS_MEAN = (
+    -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813, 0.0891,
+    0.1570, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+    -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230, -0.0313, -0.1649, 0.0117, 0.0723,
+    -0.2839, -0.2083, -0.0520, 0.3748, 0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667,
+)  # fmt: skip
+_WAN22_LATENTS_STD = (
+    0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013, 0.8158, 1.0344, 0.5894, 1.0901,
+    0.6885, 0.6165, 0.8454, 0.4978, 0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+    0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
+    0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
+)  # fmt: skip
+
 # Config keys that are read but do not change the computation done here.
 _IGNORED_CONFIG_KEYS = {"scale_factor_temporal", "scale_factor_spatial"}
 
@@ -223,6 +238,17 @@ WAN21_VAE_ORIGINAL = WanVAEConfig(
 )
 
 
+#: The Wan2.2 VAE as the TI2V-5B release hard-codes it (``wan/modules/vae2_2.py``: ``Wan2_2_VAE`` with
+#: ``z_dim=48, c_dim=160``, ``WanVAE_``'s ``dec_dim=256``, ``dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+#: temperal_downsample=[False, True, True]``, pixels patchified 2x2 into 12 channels); ``Wan2.2_VAE.pth``
+#: comes with no config file.
+WAN22_VAE_ORIGINAL = WanVAEConfig(
+    base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=(1, 2, 4, 4), num_res_blocks=2, attn_scales=(),
+    temperal_downsample=(False, True, True), latents_mean=_WAN22_LATENTS_MEAN, latents_std=_WAN22_LATENTS_STD,
+    is_residual=True, in_channels=12, out_channels=12, patch_size=2,
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Architecture plan: shared by the parameter declaration and the forward functions
 # ---------------------------------------------------------------------------------------------
@@ -354,11 +380,13 @@ def _declare(cfg: WanVAEConfig) -> _Declaration:
     for j, (kind, cin, cout, *rest) in enumerate(enc_plan):
         # The original encoder.downsamples is the same flat Sequential as diffusers' down_blocks.
         key, orig = f"encoder.down_blocks.{j}", f"encoder.downsamples.{j}"
-        if kind == "resdown":  # Wan2.2 (no original-layout names: see vae_keymap_original)
+        if kind == "resdown":
+            # Wan2.2 (wan/modules/vae2_2.py): Down_ResidualBlock J holds one Sequential `downsamples`: the
+            # residual blocks, then the resample.
             for r in range(cfg.num_res_blocks):
-                d.res_block(f"{key}.resnets.{r}", f"{key}.resnets.{r}", cin if r == 0 else cout, cout)
+                d.res_block(f"{key}.resnets.{r}", f"{orig}.downsamples.{r}", cin if r == 0 else cout, cout)
             if rest[0] is not None:
-                d.resample(f"{key}.downsampler", f"{key}.downsampler", cout, rest[0])
+                d.resample(f"{key}.downsampler", f"{orig}.downsamples.{cfg.num_res_blocks}", cout, rest[0])
         elif kind == "res":
             d.res_block(key, orig, cin, cout)
         else:
@@ -374,11 +402,12 @@ def _declare(cfg: WanVAEConfig) -> _Declaration:
     flat = 0  # the original decoder.upsamples is one flat Sequential: per stage its resnets, then its upsampler
     for i, (cin, cout, n_res, mode) in enumerate(dec_plan):
         if cfg.is_residual:  # Wan2.2 WanResidualUpBlock: resnets, then .upsampler (channels kept)
-            key = f"decoder.up_blocks.{i}"
+            # Original: Up_ResidualBlock I holds one Sequential `upsamples`: residual blocks, then the resample.
+            key, orig = f"decoder.up_blocks.{i}", f"decoder.upsamples.{i}.upsamples"
             for r in range(n_res):
-                d.res_block(f"{key}.resnets.{r}", f"{key}.resnets.{r}", cin if r == 0 else cout, cout)
+                d.res_block(f"{key}.resnets.{r}", f"{orig}.{r}", cin if r == 0 else cout, cout)
             if mode is not None:
-                d.resample(f"{key}.upsampler", f"{key}.upsampler", cout, mode, up_out=cout)
+                d.resample(f"{key}.upsampler", f"{orig}.{n_res}", cout, mode, up_out=cout)
             continue
         for r in range(n_res):
             d.res_block(f"decoder.up_blocks.{i}.resnets.{r}", f"decoder.upsamples.{flat}", cin if r == 0 else cout, cout)
@@ -414,7 +443,7 @@ def vae_keymap(cfg: WanVAEConfig) -> KeyMap:
 
 
 def vae_keymap_original(cfg: WanVAEConfig) -> KeyMap:
-    """Key map from the original Wan2.1 VAE file (``Wan2.1_VAE.pth``, a ``WanVAE_`` state dict).
+    """Key map from an original Wan VAE file (``Wan2.1_VAE.pth`` / ``Wan2.2_VAE.pth``, a ``WanVAE_`` state dict).
 
     Same parameter paths and shapes as :func:`vae_keymap` (both come from one walk of the
     architecture), so it fills :func:`vae_specs` exactly. Renames (the reference is
@@ -432,58 +461,75 @@ def vae_keymap_original(cfg: WanVAEConfig) -> KeyMap:
     * in a residual block ``residual.0`` / ``residual.2`` / ``residual.3`` / ``residual.6`` /
       ``shortcut`` -> ``norm1`` / ``conv1`` / ``norm2`` / ``conv2`` / ``conv_shortcut``.
 
+    Wan2.2 (``is_residual``; ``wan/modules/vae2_2.py``, as diffusers' ``convert_vae_22``): the same
+    top-level, middle and head names; ``encoder.downsamples.J.downsamples.R`` -> ``encoder.down_blocks.J.
+    resnets.R`` for the residual blocks and ``.downsamples.{num_res_blocks}`` -> ``.downsampler``;
+    ``decoder.upsamples.I.upsamples.R`` -> ``decoder.up_blocks.I.resnets.R`` and
+    ``.upsamples.{num_res_blocks + 1}`` -> ``.upsampler``. The ``AvgDown3D`` / ``DupUp3D`` shortcuts
+    have no parameters.
+
     No tensor is reshaped: RMS-norm ``gamma`` is ``(C, 1, 1, 1)`` (``(C, 1, 1)`` in attention
     blocks) in both layouts.
-
-    Raises:
-      ValueError: a Wan2.2 configuration (``is_residual``): ``Wan2.2_VAE.pth`` names are not mapped yet.
     """
-    if cfg.is_residual:
-        raise ValueError("vae_keymap_original: the original Wan2.2 VAE file (Wan2.2_VAE.pth) is not supported yet; "
-                         "use the diffusers layout (vae/ with config.json)")
     return KeyMap(rules=list(_declare(cfg).original_rules))
 
 
 def vae_config_from_original_shapes(shapes: dict[str, tuple[int, ...]]) -> WanVAEConfig:
     """The :class:`WanVAEConfig` an original-layout VAE state dict was built with, from its tensor shapes.
 
-    The original release stores no VAE config (``_video_vae`` in ``wan/modules/vae.py``
-    hard-codes ``dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-    temperal_downsample=[False, True, True]``, i.e. :data:`WAN21_VAE_ORIGINAL`), so the
-    settings are read back from the tensors: ``base_dim`` and ``z_dim`` from
-    ``encoder.conv1`` / ``conv2``; the stages, ``num_res_blocks``, ``dim_mult`` and
-    ``temperal_downsample`` from the entries of ``encoder.downsamples`` (residual blocks
-    have ``residual.*``, resamples ``resample.1`` and, when temporal, ``time_conv``).
-    Latent statistics are the Wan2.1 ones (``WanVAE.mean`` / ``std`` in the reference).
-    For the released file this gives exactly :data:`WAN21_VAE_ORIGINAL`; loading then checks
-    every tensor strictly against it.
+    The original releases store no VAE config: ``_video_vae`` in the Wan repositories hard-codes
+    it (:data:`WAN21_VAE_ORIGINAL` for ``Wan2.1_VAE.pth``, :data:`WAN22_VAE_ORIGINAL` for
+    ``Wan2.2_VAE.pth``), so the settings are read back from the tensors: ``base_dim`` and
+    ``z_dim`` from ``encoder.conv1`` / ``conv2``; the stages, ``num_res_blocks``, ``dim_mult`` and
+    ``temperal_downsample`` from the entries of ``encoder.downsamples`` (residual blocks have
+    ``residual.*``, resamples ``resample.1`` and, when temporal, ``time_conv``). A Wan2.2 file is
+    recognised by its nested ``encoder.downsamples.J.downsamples.R`` blocks; its decoder width
+    comes from ``decoder.conv1`` and its pixel patch from ``encoder.conv1``'s input channels
+    (12 = 3 x 2 x 2). Latent statistics are the hard-coded ones of the release (``WanVAE.mean`` /
+    ``std``; ``Wan2_2_VAE.mean`` / ``std``). For the released files this gives exactly those two
+    configurations; loading then checks every tensor strictly against them.
 
     Args:
       shapes: ``{key: shape}`` of the state dict (PyTorch layout).
 
     Raises:
-      CheckpointError: the keys are not an original Wan2.1 VAE (naming what was looked for), or
-        ``z_dim`` is not 16 (the only size the hard-coded latent statistics fit).
+      CheckpointError: the keys are not an original Wan VAE (naming what was looked for), or
+        ``z_dim`` is not the release's (16 for Wan2.1, 48 for Wan2.2: the only sizes the
+        hard-coded latent statistics fit).
     """
     from vidax.checkpoint.errors import CheckpointError
 
     def need(key: str) -> tuple[int, ...]:
         if key not in shapes:
             raise CheckpointError(
-                f"not an original-layout Wan2.1 VAE state dict: tensor {key!r} is missing "
+                f"not an original-layout Wan VAE state dict: tensor {key!r} is missing "
                 "(expected keys such as encoder.conv1.weight, encoder.downsamples.0.residual.0.gamma, conv2.weight)"
             )
         return tuple(shapes[key])
 
-    base_dim = need("encoder.conv1.weight")[0]
-    in_channels = need("encoder.conv1.weight")[1]
+    wan22 = "encoder.downsamples.0.downsamples.0.residual.0.gamma" in shapes
+    release = WAN22_VAE_ORIGINAL if wan22 else WAN21_VAE_ORIGINAL
+    name = "Wan2.2" if wan22 else "Wan2.1"
+    base_dim, in_channels = need("encoder.conv1.weight")[:2]
     z_dim = need("conv2.weight")[0]
-    if z_dim != WAN21_VAE_ORIGINAL.z_dim:
+    if z_dim != release.z_dim:
         raise CheckpointError(
-            f"original Wan2.1 VAE: conv2.weight says z_dim={z_dim}, but the original release's latent statistics "
-            f"(hard-coded in wan/modules/vae.py) are for z_dim={WAN21_VAE_ORIGINAL.z_dim}"
+            f"original {name} VAE: conv2.weight says z_dim={z_dim}, but the release's latent statistics "
+            f"(hard-coded in the Wan repository) are for z_dim={release.z_dim}"
         )
     out_channels = need("decoder.head.2.weight")[0]
+    if wan22:
+        stages = 1 + max(int(k.split(".")[2]) for k in shapes if k.startswith("encoder.downsamples."))
+        n_res = sum(1 for k in shapes if k.startswith("encoder.downsamples.0.downsamples.") and k.endswith(".residual.0.gamma"))
+        dim_mult = [need(f"encoder.downsamples.{i}.downsamples.{n_res - 1}.residual.6.weight")[0] // base_dim
+                    for i in range(stages)]
+        temporal = [f"encoder.downsamples.{i}.downsamples.{n_res}.time_conv.weight" in shapes for i in range(stages - 1)]
+        patch = round(math.sqrt(in_channels // 3))
+        return dataclasses.replace(
+            release, base_dim=base_dim, decoder_base_dim=need("decoder.conv1.weight")[0] // dim_mult[-1],
+            dim_mult=tuple(dim_mult), num_res_blocks=n_res, temperal_downsample=tuple(temporal),
+            in_channels=in_channels, out_channels=out_channels, patch_size=patch if patch > 1 else None,
+        )
     entries: dict[int, str] = {}
     for key in shapes:
         if key.startswith("encoder.downsamples."):
@@ -512,7 +558,7 @@ def vae_config_from_original_shapes(shapes: dict[str, tuple[int, ...]]) -> WanVA
             temporal.append(f"encoder.downsamples.{j}.time_conv.weight" in shapes)
             j += 1
     return dataclasses.replace(
-        WAN21_VAE_ORIGINAL, base_dim=base_dim, z_dim=z_dim, dim_mult=tuple(dim_mult), num_res_blocks=n_res,
+        release, base_dim=base_dim, z_dim=z_dim, dim_mult=tuple(dim_mult), num_res_blocks=n_res,
         temperal_downsample=tuple(temporal), in_channels=in_channels, out_channels=out_channels,
     )
 
