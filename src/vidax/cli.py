@@ -287,7 +287,8 @@ def generate_general(args) -> int:
     t0 = time.perf_counter()
     pipe = WanImageToVideoPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
                                                    dp=args.dp, tp=args.tp, sp=args.sp,
-                                                   offload_chunk=args.offload_chunk)
+                                                   offload_chunk=args.offload_chunk,
+                                                   offload_overlap=not args.offload_serial)
     if pipe.boundary_ratio is None:
         g2 = None
     result = pipe(

@@ -31,16 +31,17 @@ from vidax.models.wan.transformer import (block_io_specs, forward_epilogue, forw
                                           transformer_specs)
 
 
-def io_shardings(mesh: Mesh | None, rules: ShardingRules = WAN_RULES) -> dict:
+def io_shardings(mesh: Mesh | None, rules: ShardingRules = WAN_RULES, per_token: bool = False) -> dict:
     """The sharding of each block-loop input (``x, ctx, temb6, cos, sin``) and of ``temb``.
 
-    On a mesh: ``NamedSharding`` s of :func:`~vidax.models.wan.transformer.block_io_specs`.
+    On a mesh: ``NamedSharding`` s of :func:`~vidax.models.wan.transformer.block_io_specs`
+    (``per_token``: Wan2.2 per-token timesteps, ``temb6`` split over ``sequence`` with the tokens).
     Without: the first local device for all (committed, so the first chunk call and the
     following ones, which take the previous call's output, hit one compilation).
     """
     if mesh is None:
         return {k: device_sharding(None) for k in ("x", "temb", "temb6", "ctx", "cos", "sin")}
-    return {k: NamedSharding(mesh, v) for k, v in block_io_specs(rules).items()}
+    return {k: NamedSharding(mesh, v) for k, v in block_io_specs(rules, per_token=per_token).items()}
 
 
 @lru_cache(maxsize=64)
@@ -59,12 +60,13 @@ def prologue_function(cfg: WanTransformerConfig, mesh: Mesh | None, rules: Shard
 
 @lru_cache(maxsize=64)
 def chunk_function(cfg: WanTransformerConfig, attention_impl: AttentionImpl | str, mesh: Mesh | None,
-                   rules: ShardingRules = WAN_RULES, valid_tokens: int | None = None):
+                   rules: ShardingRules = WAN_RULES, valid_tokens: int | None = None, per_token: bool = False):
     """The one compiled block loop of an offloaded forward: ``fn(chunk, x, ctx, temb6, cos, sin) -> x``.
 
     ``chunk`` is a chunk of stacked block parameters in device memory (any leading length, the
     resident shardings); ``x`` float32 ``(B, S_pad, D)`` is donated and returned with the same
-    sharding, so consecutive calls hit one compilation. Cached per arguments (all hashable).
+    sharding, so consecutive calls hit one compilation. ``per_token``: ``temb6`` is per token
+    ``(B, S_pad, 6, D)`` (Wan2.2 TI2V image-to-video). Cached per arguments (all hashable).
     The traced function is named ``_offload_chunk`` (what compile-event listeners see).
     """
     impl = AttentionImpl(attention_impl)
@@ -73,7 +75,7 @@ def chunk_function(cfg: WanTransformerConfig, attention_impl: AttentionImpl | st
         return run_blocks(blocks, x, ctx, temb6, cos, sin, cfg=cfg, attention_impl=impl, mesh=mesh, rules=rules,
                           valid_tokens=valid_tokens)
 
-    io = io_shardings(mesh, rules)
+    io = io_shardings(mesh, rules, per_token)
     if mesh is None:
         return jax.jit(_offload_chunk, donate_argnums=1, out_shardings=io["x"])
     blocks = rules.param_shardings(transformer_specs(cfg), mesh)["blocks"]

@@ -229,16 +229,8 @@ class WanPipeline:
             check_parallel(tcfg, mesh, WAN_RULES)
         plan = None if offload_chunk is None else ChunkPlan(tcfg.num_layers, offload_chunk)
         treader = CountingReader(ckpt.transformer_reader())
-        tspecs = transformer_specs(tcfg)
-        tparams = load_params(
-            treader, maps.transformer_keymap(tcfg), tspecs, jnp.dtype(dtype), source=str(ckpt.transformer_weights),
-            shardings=_transformer_placement(tcfg, mesh, plan),
-        )
-        offload = None
-        if plan is not None:
-            device = (WAN_RULES.param_shardings(tspecs, mesh) if mesh is not None
-                      else map_specs(lambda *_: device_sharding(None), tspecs))["blocks"]
-            offload = OffloadedStack.from_chunk_leaves(tparams.pop("blocks"), device, tcfg.num_layers)
+        tparams, offload = load_transformer(treader, maps.transformer_keymap(tcfg), tcfg, dtype,
+                                            source=str(ckpt.transformer_weights), mesh=mesh, plan=plan)
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
         vparams = load_params(
@@ -466,6 +458,33 @@ class WanPipeline:
         return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
 
 
+def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan: ChunkPlan | None = None):
+    """Load a Wan transformer, placed once: resident on its mesh, or with its blocks in host memory.
+
+    Args:
+      reader, keymap: the checkpoint and its layout's key map.
+      cfg: the architecture; dtype: the compute dtype of the unpinned leaves.
+      source: the checkpoint's name for error messages.
+      mesh: the transformer's mesh (None: one device).
+      plan: with offloading, the :class:`~vidax.core.offload.ChunkPlan`: the blocks are loaded straight into
+        host memory as chunks (``pinned_host`` where the backend has it), with the resident shardings.
+
+    Returns:
+      ``(params, None)``, or with ``plan`` ``(resident params without "blocks", OffloadedStack)``.
+
+    Raises:
+      CheckpointError: see :func:`vidax.checkpoint.loader.load_params`.
+    """
+    specs = transformer_specs(cfg)
+    params = load_params(reader, keymap, specs, jnp.dtype(dtype), source=source,
+                         shardings=_transformer_placement(cfg, mesh, plan))
+    if plan is None:
+        return params, None
+    device = (WAN_RULES.param_shardings(specs, mesh) if mesh is not None
+              else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
+    return params, OffloadedStack.from_chunk_leaves(params.pop("blocks"), device, cfg.num_layers)
+
+
 def _transformer_placement(cfg, mesh, plan: ChunkPlan | None):
     """The loader's ``shardings`` for the transformer: resident shardings on the mesh (None: one
     device), and with offloading host-memory :class:`~vidax.checkpoint.loader.LayerChunks` for the blocks."""
@@ -564,17 +583,35 @@ def compile_offloaded_step(resident, chunk, x, t, context, cos, sin, g, *, cfg, 
       ``_offload_chunk``; a list of them for a list of chunks); ``epilogue(resident, h, temb, g) ->
       noise_pred`` float32 ``(B, C, T, H, W)``.
     """
-    batch = x.shape[0] * (2 if guided else 1)
-    full_shape = (batch, *x.shape[1:])
-    io = wan_offload.io_shardings(mesh, rules)
+    return compile_offloaded(_cfg_prologue, (resident, x, t, context, cos, sin), dict(cfg=cfg, guided=guided, mesh=mesh,
+                             rules=rules), resident, chunk, g, latent_shape=x.shape, cfg=cfg, attention=attention,
+                             guided=guided, mesh=mesh, rules=rules, compiler_options=compiler_options)
+
+
+def compile_offloaded(prologue, inputs: tuple, static: dict, resident, chunk, g, *, latent_shape, cfg, attention,
+                      guided: bool, mesh=None, rules=WAN_RULES, per_token: bool = False, compiler_options=None):
+    """Compile an offloaded step from its prologue: :func:`compile_offloaded_step` for any step's inputs.
+
+    Args:
+      prologue: ``prologue(*inputs, **static) -> (x, temb, temb6, ctx, cos, sin)``, the block-loop
+        inputs for the (CFG) batch (e.g. :func:`_cfg_prologue`; the image pipeline's own).
+      inputs, static: its arguments (arrays or abstract) and static keyword arguments.
+      resident, chunk, g, cfg, attention, guided, mesh, rules, compiler_options: as :func:`compile_offloaded_step`.
+      latent_shape: the sampled latents' shape ``(B, C, T, H, W)`` (before the CFG batch).
+      per_token: ``temb6`` / ``temb`` are per token (Wan2.2 TI2V image-to-video).
+
+    Returns:
+      ``(prologue, chunk_fn, epilogue)`` compiled, as :func:`compile_offloaded_step`.
+    """
+    batch = latent_shape[0] * (2 if guided else 1)
+    full_shape = (batch, *latent_shape[1:])
+    io = wan_offload.io_shardings(mesh, rules, per_token)
     names = ("x", "temb", "temb6", "ctx", "cos", "sin")
-    pro = jax.jit(_cfg_prologue, static_argnames=("cfg", "guided", "mesh", "rules"),
-                  out_shardings=tuple(io[n] for n in names))
-    pro_args = dict(cfg=cfg, guided=guided, mesh=mesh, rules=rules)
-    pro_c = pro.lower(resident, x, t, context, cos, sin, **pro_args).compile(compiler_options)
-    outs = jax.eval_shape(partial(pro, **pro_args), resident, x, t, context, cos, sin)
+    pro = jax.jit(prologue, static_argnames=tuple(static), out_shardings=tuple(io[n] for n in names))
+    pro_c = pro.lower(*inputs, **static).compile(compiler_options)
+    outs = jax.eval_shape(partial(pro, **static), *inputs)
     ab = {n: jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=io[n]) for n, o in zip(names, outs)}
-    run = wan_offload.chunk_function(cfg, attention, mesh, rules, num_tokens(cfg, full_shape))
+    run = wan_offload.chunk_function(cfg, attention, mesh, rules, num_tokens(cfg, full_shape), per_token)
     chunk_c = [run.lower(c, ab["x"], ab["ctx"], ab["temb6"], ab["cos"], ab["sin"]).compile(compiler_options)
                for c in (chunk if isinstance(chunk, list) else [chunk])]
     chunk_c = chunk_c if isinstance(chunk, list) else chunk_c[0]

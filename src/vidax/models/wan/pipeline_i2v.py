@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,12 @@ from vidax.encoders.clip import CLIPImageProcessorConfig, encode_images, load_im
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
-from vidax.models.wan.pipeline import WanOutput, WanPipeline, _first_device, _mesh_context, _replicated
+from vidax.core.offload import OffloadedStack
+from vidax.models.wan import offload as wan_offload
+from vidax.models.wan.pipeline import (WanOutput, WanPipeline, _first_device, _mesh_context, _replicated, compile_offloaded,
+                                       load_transformer)
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
-from vidax.models.wan.transformer import forward, rope_tables, transformer_specs
+from vidax.models.wan.transformer import forward, forward_prologue, rope_tables, transformer_specs
 from vidax.video import frames_from_video, peak_memory_metrics
 
 #: Smallest image side accepted as a conditioning frame, in pixels.
@@ -184,6 +188,19 @@ def _video_step(params, latents, condition, mask, timestep, context, image_conte
     Returns:
       float32 ``(B, z, T, h, w)``: ``uncond + g * (cond - uncond)`` (or the conditional prediction).
     """
+    x, ts, img = _transformer_inputs(params, latents, condition, mask, timestep, image_context, cfg=cfg,
+                                     guided=guided, mode=mode)
+    out = forward(params, x, ts, context, cos, sin, image_context=img, cfg=cfg, attention_impl=attention_impl,
+                  mesh=mesh, rules=rules)
+    if not guided:
+        return _replicated(out, mesh)
+    cond, uncond = jnp.split(out, 2)
+    return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+
+
+def _transformer_inputs(params, latents, condition, mask, timestep, image_context, *, cfg, guided, mode):
+    """The transformer's ``(latents, timestep, image_context)`` for one step of :func:`_video_step`: the
+    condition applied per ``mode``, cast to the weight dtype, and with ``guided`` the CFG batch of 2B."""
     dtype = params["patch_embedding"]["kernel"].dtype
     b = latents.shape[0]
     if mode == "concat":
@@ -197,14 +214,36 @@ def _video_step(params, latents, condition, mask, timestep, context, image_conte
     else:
         x, ts = latents, timestep
     x = x.astype(dtype)
-    kw = dict(cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
     if not guided:
-        return _replicated(forward(params, x, ts, context, cos, sin, image_context=image_context, **kw), mesh)
+        return x, ts, image_context
     img2 = None if image_context is None else jnp.concatenate([image_context, image_context])
-    both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([ts, ts]), context, cos, sin,
-                   image_context=img2, **kw)
-    cond, uncond = jnp.split(both, 2)
-    return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+    return jnp.concatenate([x, x]), jnp.concatenate([ts, ts]), img2
+
+
+def _video_prologue(params, latents, condition, mask, timestep, context, image_context, cos, sin, *, cfg, guided,
+                    mode, mesh=None, rules=WAN_RULES):
+    """The offloaded :func:`_video_step` before the blocks: its inputs, then the transformer's prologue.
+
+    Returns:
+      ``x, temb, temb6, ctx, cos, sin`` (:func:`vidax.models.wan.transformer.forward_prologue`).
+    """
+    x, ts, img = _transformer_inputs(params, latents, condition, mask, timestep, image_context, cfg=cfg,
+                                     guided=guided, mode=mode)
+    check_parallel(cfg, mesh, rules, x.shape[0])
+    return forward_prologue(params, x, ts, context, cos, sin, cfg=cfg, mesh=mesh, rules=rules, image_context=img)
+
+
+@dataclass
+class OffloadedExpert:
+    """A transformer with its blocks in host memory: the resident parameters and the block chunks.
+
+    Attributes:
+      resident: the parameters outside ``"blocks"`` (device memory).
+      stack: the blocks (:class:`vidax.core.offload.OffloadedStack`), streamed every step.
+    """
+
+    resident: dict
+    stack: OffloadedStack
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -294,14 +333,14 @@ class WanImageToVideoPipeline(WanPipeline):
 
         Raises:
           CheckpointError: a missing or mismatched part (named); experts of different architectures.
-          ValueError: an unknown residency; weight offloading (``offload_chunk``), which this
-            pipeline does not run yet; see :meth:`WanPipeline.from_pretrained`.
+          ValueError: an unknown residency; see :meth:`WanPipeline.from_pretrained`.
+
+        With weight offloading (``offload_chunk``, :mod:`vidax.core.offload`) every expert's blocks are
+        loaded straight into host memory as chunks and streamed each step; only their resident
+        parameters (embedders, head) are on the device, so both experts stay loaded ("both").
         """
         if expert_residency not in ("auto", "both", "active"):
             raise ValueError(f"expert_residency must be 'auto', 'both' or 'active', got {expert_residency!r}")
-        if kwargs.get("offload_chunk") is not None:
-            raise ValueError("offload_chunk is not supported by the image-to-video / Wan2.2 pipeline yet; "
-                             "use expert_residency='active' to keep one expert resident")
         ckpt = resolve_checkpoint(folder)
         tcfg2 = ckpt.transformer_2_config()
         if tcfg2 is not None and tcfg2 != ckpt.transformer_config():
@@ -313,17 +352,22 @@ class WanImageToVideoPipeline(WanPipeline):
         maps = ckpt.maps
         shardings = None if mesh is None else WAN_RULES.sharding_fn(mesh)
 
+        plan = None if pipe.offload is None else pipe.offload.plan
+
         def loader(reader_fn, weights):
             def load():
-                return load_params(reader_fn(), maps.transformer_keymap(tcfg), transformer_specs(tcfg), jnp.dtype(dtype),
-                                   source=str(weights), shardings=shardings)
+                if plan is None:
+                    return load_params(reader_fn(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
+                                       jnp.dtype(dtype), source=str(weights), shardings=shardings)
+                return OffloadedExpert(*load_transformer(reader_fn(), maps.transformer_keymap(tcfg), tcfg, dtype,
+                                                         source=str(weights), mesh=mesh, plan=plan))
             return load
 
-        high = pipe.transformer_params
+        high = pipe.transformer_params if plan is None else OffloadedExpert(pipe.transformer_params, pipe.offload)
         loaders = [loader(ckpt.transformer_reader, ckpt.transformer_weights)]
         if tcfg2 is not None:
             loaders.append(loader(ckpt.transformer_2_reader, ckpt.transformer_2_weights))
-        residency = expert_residency
+        residency = "both" if plan is not None else expert_residency
         if residency == "auto":
             nbytes = sum(a.nbytes for a in jax.tree.leaves(high))
             devices = None if mesh is None else list(mesh.devices.flat)
@@ -597,8 +641,13 @@ class WanImageToVideoPipeline(WanPipeline):
             t0 = time.perf_counter()
             t_arg = self._to_mesh(jnp.zeros((b,), jnp.float32))[0]
             first = expert_for_timestep(state.timesteps[0], boundary) if state.num_inference_steps else HIGH_NOISE
-            compiled = self._video_step.lower(self.experts.get(first), x, condition, mask, t_arg, context,
-                                              image_context, cos, sin, scales[0], **step_args).compile()
+            if self.offload is None:
+                compiled = self._video_step.lower(self.experts.get(first), x, condition, mask, t_arg, context,
+                                                  image_context, cos, sin, scales[0], **step_args).compile()
+            else:
+                compiled = self._compile_offloaded_video(x, condition, mask, t_arg, context, image_context, cos, sin,
+                                                         scales[0], guided=guided, mode=mode)
+                metrics["offload"] = self._offload_metrics()
             metrics["compile_s"] = time.perf_counter() - t0
 
             step_times, experts_used = [], []
@@ -635,7 +684,33 @@ class WanImageToVideoPipeline(WanPipeline):
         """How many times the step has been compiled by this pipeline."""
         return self._video_step._cache_size()
 
+    def _compile_offloaded_video(self, x, condition, mask, t, context, image_context, cos, sin, g, *, guided, mode):
+        """Compile the offloaded :func:`_video_step` ahead of time (prologue, one chunk function, epilogue).
+
+        Returns:
+          ``step(expert, x, condition, mask, t, context, image_context, cos, sin, g) -> noise_pred`` for an
+          :class:`OffloadedExpert` (every expert has the same shapes and shardings: one compilation).
+        """
+        expert = self.experts.get(self.experts.resident()[0])
+        static = dict(cfg=self.transformer_cfg, guided=guided, mode=mode, mesh=self.mesh, rules=self.rules)
+        inputs = (expert.resident, x, condition, mask, t, context, image_context, cos, sin)
+        pro_c, chunk_c, epi_c = compile_offloaded(
+            _video_prologue, inputs, static, expert.resident, expert.stack.abstract_chunk(), g, latent_shape=x.shape,
+            cfg=self.transformer_cfg, attention=self.attention, guided=guided, mesh=self.mesh, rules=self.rules,
+            per_token=mode == "expand")
+        overlap = self.offload_overlap
+
+        def step(expert, x, condition, mask, t, context, image_context, cos, sin, g):
+            h, temb, temb6, ctx, cos_p, sin_p = pro_c(expert.resident, x, condition, mask, t, context, image_context,
+                                                      cos, sin)
+            h = wan_offload.run_stack(expert.stack, chunk_c, h, ctx, temb6, cos_p, sin_p, overlap=overlap)
+            return epi_c(expert.resident, h, temb, g)
+
+        return step
+
 
 def _compute_dtype(experts: ExpertSet):
     # The resident expert's weight dtype (both experts share it); never triggers a swap.
-    return experts.get(experts.resident()[0])["patch_embedding"]["kernel"].dtype
+    params = experts.get(experts.resident()[0])
+    params = params.resident if isinstance(params, OffloadedExpert) else params
+    return params["patch_embedding"]["kernel"].dtype
