@@ -111,3 +111,38 @@ def test_inspect_original_i2v_release_and_its_clip_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "CLIP image encoder (Wan original layout) (100% of keys mapped)" in out
     assert "keys our map does not know: 0" in out
+
+
+@pytest.mark.parametrize("task", ["i2v", "ti2v", "t2v-a14b", "i2v-original"])
+def test_every_wan_model_converts_and_loads_like_its_source(task, tmp_path):
+    """I2V (CLIP from the diffusers folder or from the original .pth), TI2V-5B (Wan2.2 VAE, per-token timesteps)
+    and A14B (both experts, boundary): the converted folder's parameters are bit-identical to the source's and
+    its frames equal the source's."""
+    from PIL import Image
+
+    from vidax.models.wan.original_fixture import write_original_from_diffusers
+
+    if task == "i2v-original":
+        diff = write_demo_checkpoint(tmp_path / "diff", seed=3, task="i2v",
+                                     image_encoder_overrides=dict(hidden_size=160, num_attention_heads=2))
+        src = write_original_from_diffusers(diff, tmp_path / "src")
+    else:
+        src = write_demo_checkpoint(tmp_path / "src", seed=3, task=task)
+    summary = convert_checkpoint(src, tmp_path / "out", dtype="float32")
+    index = json.loads((tmp_path / "out" / "vidax_index.json").read_text())
+    want_parts = {"t2v-a14b": ["transformer_2"], "ti2v": []}.get(task, ["image_encoder", "image_processor"])
+    assert index["parts"] == summary["parts"] == want_parts
+    assert index["pipeline"].get("expand_timesteps", False) == (task == "ti2v")
+    assert index["pipeline"].get("boundary_ratio") == (0.875 if task == "t2v-a14b" else None)
+    a = WanPipeline.from_pretrained(src, dtype="float32")
+    b = WanPipeline.from_pretrained(tmp_path / "out", dtype="float32")
+    assert b.layout == "vidax" and type(b) is type(a)
+    for i in a.experts.resident():
+        _same_params(a.experts.get(i), b.experts.get(i))
+    if a.image_encoder is not None:
+        _same_params(a.image_encoder[0], b.image_encoder[0])
+        assert a.image_encoder[1] == b.image_encoder[1] and a.image_processor == b.image_processor
+    image = Image.fromarray((np.random.default_rng(0).random((70, 100, 3)) * 255).astype(np.uint8))
+    kw = dict(height=32, width=64 if task == "ti2v" else 32, num_frames=5, num_inference_steps=3, flow_shift=3.0,
+              output_type="float", progress=False, image=None if task == "t2v-a14b" else image)
+    np.testing.assert_array_equal(b("a cat", "blurry", **kw).frames, a("a cat", "blurry", **kw).frames)

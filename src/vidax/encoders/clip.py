@@ -216,21 +216,14 @@ def load_clip_vision(folder: str | os.PathLike, dtype: Any = np.float32, **load_
       ``(params, cfg)``.
 
     Raises:
-      CheckpointError: missing / unexpected / mismatched tensors (all listed), a missing folder.
+      CheckpointError: missing / unexpected / mismatched tensors (all listed), a missing folder or config.json.
       ValueError: an unsupported configuration.
     """
     from vidax.checkpoint.errors import CheckpointError
-    from vidax.checkpoint.loader import load_params
-    from vidax.checkpoint.safetensors_io import CheckpointReader
 
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise CheckpointError(f"{folder}: config.json of the CLIP image encoder is missing")
-    cfg = CLIPVisionConfig.from_dict(json.loads((folder / "config.json").read_text()))
-    reader = CheckpointReader(folder)
-    params = load_params(reader, clip_keymap(cfg, reader.keys()), clip_specs(cfg), dtype, source=str(folder),
-                         **load_kwargs)
-    return params, cfg
+    if not Path(folder).is_dir():
+        raise CheckpointError(f"{folder}: CLIP image encoder folder not found")
+    return load_image_encoder(folder, dtype, **load_kwargs)
 
 
 # --------------------------------------------------------------------------- the original Wan CLIP file
@@ -326,25 +319,56 @@ def load_clip_vision_wan_original(path: str | os.PathLike, dtype: Any = np.float
       CheckpointError: the file is missing or corrupt, or a tensor is missing, unexpected or of the
         wrong shape (all listed).
     """
-    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.errors import CheckpointError
 
-    raw = CheckpointReader(path)
-    cfg = clip_config_from_wan_original_shapes({k: raw.shape(k) for k in raw.keys()})
-    params = load_params(WAN_CLIP_VIEWS.reader(raw), clip_keymap_wan_original(cfg), clip_specs(cfg), dtype,
-                         source=str(path), **load_kwargs)
-    return params, cfg
+    if not Path(path).is_file():
+        raise CheckpointError(f"{path}: CLIP file not found")
+    return load_image_encoder(path, dtype, **load_kwargs)
+
+
+def image_encoder_source(path: str | os.PathLike) -> tuple[Any, KeyMap, CLIPVisionConfig]:
+    """``(reader, keymap, cfg)`` of a Wan image encoder in either published layout, ready for ``load_params``.
+
+    A folder is a transformers CLIP vision folder (the diffusers ``image_encoder/``: ``config.json`` +
+    safetensors); a file is the original release's CLIP ``.pth``, read through :data:`WAN_CLIP_VIEWS`.
+
+    Raises:
+      CheckpointError: a missing ``config.json``, or a file that is not a Wan CLIP state dict.
+    """
+    from vidax.checkpoint.errors import CheckpointError
+
+    path = Path(path)
+    if path.is_file():
+        raw = CheckpointReader(path)
+        cfg = clip_config_from_wan_original_shapes({k: raw.shape(k) for k in raw.keys()})
+        return WAN_CLIP_VIEWS.reader(raw), clip_keymap_wan_original(cfg), cfg
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{path}: config.json of the CLIP image encoder is missing")
+    cfg = CLIPVisionConfig.from_dict(json.loads((path / "config.json").read_text()))
+    reader = CheckpointReader(path)
+    return reader, clip_keymap(cfg, reader.keys()), cfg
 
 
 def load_image_encoder(path: str | os.PathLike, dtype: Any = np.float32, **load_kwargs) -> tuple[dict, CLIPVisionConfig]:
-    """A Wan image encoder from either layout: a transformers folder (diffusers ``image_encoder/``,
-    :func:`load_clip_vision`) or the original release's CLIP file (:func:`load_clip_vision_wan_original`).
+    """A Wan image encoder from either layout (:func:`image_encoder_source`), loaded strictly.
+
+    Returns:
+      ``(params, cfg)``.
 
     Raises:
-      CheckpointError: see the two loaders.
+      CheckpointError: see :func:`image_encoder_source` and :func:`vidax.checkpoint.loader.load_params`.
     """
-    if Path(path).is_file():
-        return load_clip_vision_wan_original(path, dtype, **load_kwargs)
-    return load_clip_vision(path, dtype, **load_kwargs)
+    from vidax.checkpoint.loader import load_params
+
+    reader, keymap, cfg = image_encoder_source(path)
+    return load_params(reader, keymap, clip_specs(cfg), dtype, source=str(path), **load_kwargs), cfg
+
+
+def clip_config_dict(cfg: CLIPVisionConfig) -> dict:
+    """``cfg`` as a transformers-style ``config.json`` dict (:meth:`CLIPVisionConfig.from_dict` reads it back)."""
+    d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "with_projection"}
+    arch = "CLIPVisionModelWithProjection" if cfg.with_projection else "CLIPVisionModel"
+    return {**d, "model_type": "clip_vision_model", "architectures": [arch]}
 
 
 # --------------------------------------------------------------------------- forward

@@ -1,5 +1,7 @@
 """``vidax convert`` for Wan: translate a checkpoint once, load it later as a plain copy.
 
+Every Wan model converts (T2V, I2V / FLF2V with their CLIP, TI2V-5B, A14B with both experts).
+
 The output folder holds every component already translated (our parameter names, our
 layout, stacked blocks stored whole) and cast by the dtype policy::
 
@@ -10,6 +12,7 @@ layout, stacked blocks stored whole) and cast by the dtype policy::
     text_encoder/config.json, text_encoder/params.safetensors
     tokenizer/                        copied from the source
     scheduler/scheduler_config.json   the sampler the source implies
+    transformer_2/, image_encoder/, image_processor/   where the model has them
 
 Loading it (:func:`vidax.models.wan.layout.resolve_checkpoint` detects the layout) needs no
 renaming and no transposes, and gives exactly the parameters loading the source gives.
@@ -30,6 +33,7 @@ import numpy as np
 from vidax.checkpoint.loader import iter_host_params, plan_load
 from vidax.checkpoint.writer import write_json, write_safetensors_stream
 from vidax.core.params import flatten
+from vidax.encoders.clip import CLIPImageProcessorConfig, clip_config_dict, clip_specs
 from vidax.encoders.t5 import t5_specs
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.layout import VIDAX_INDEX, VIDAX_WEIGHTS, resolve_checkpoint
@@ -42,6 +46,16 @@ def _config_dict(cfg: Any, class_name: str | None) -> dict:
     if class_name:
         d["_class_name"] = class_name
     return d
+
+
+def _clip_processor_config(size: int) -> dict:
+    """A ``preprocessor_config.json`` of transformers' ``CLIPImageProcessor`` (OpenAI CLIP settings) at ``size``."""
+    c = CLIPImageProcessorConfig(shortest_edge=size, crop_size=(size, size))
+    return {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": size},
+            "crop_size": {"height": size, "width": size}, "do_resize": c.do_resize, "do_center_crop": c.do_center_crop,
+            "do_rescale": c.do_rescale, "do_normalize": c.do_normalize, "do_convert_rgb": c.do_convert_rgb,
+            "rescale_factor": c.rescale_factor, "image_mean": list(c.image_mean), "image_std": list(c.image_std),
+            "resample": c.resample}
 
 
 def _write_component(folder: Path, reader, keymap, specs, dtype, config: dict, source: str) -> int:
@@ -66,22 +80,31 @@ def convert_checkpoint(
     dtype: Any = "bfloat16",
     text_encoder_dtype: Any = "float32",
     vae_dtype: Any = "float32",
+    image_encoder_dtype: Any = "float32",
 ) -> dict:
-    """Translate a Wan2.1 T2V checkpoint folder (any layout) into the vidax layout at ``dst``.
+    """Translate a Wan checkpoint folder (any model, any layout) into the vidax layout at ``dst``.
+
+    Besides the three components every Wan model has, the output holds what the model needs:
+    ``transformer_2/`` (Wan2.2 A14B's low-noise expert), ``image_encoder/`` (Wan2.1 I2V / FLF2V CLIP,
+    from the diffusers folder or the original ``.pth``; transformers-style ``config.json``) and
+    ``image_processor/preprocessor_config.json``; ``vidax_index.json`` lists them under ``parts`` and
+    keeps the sampling settings (``boundary_ratio``, ``expand_timesteps``, the original A14B release's
+    flow shift) under ``pipeline``.
 
     Args:
       src: a diffusers-layout or original-release Wan folder.
       dst: the output folder; must not exist. Assembled under a temporary name beside it and
         renamed when complete.
-      dtype: transformer weight dtype; fp32-pinned leaves (norms, embedders, AdaLN tables) stay fp32.
-      text_encoder_dtype, vae_dtype: dtypes of those components (fp32 by default, as the pipeline).
+      dtype: transformer weight dtype (both experts); fp32-pinned leaves (norms, timestep embedders,
+        AdaLN tables) stay fp32.
+      text_encoder_dtype, vae_dtype, image_encoder_dtype: dtypes of those components (fp32 by default,
+        as the pipelines).
 
     Returns:
       a summary dict: layout of the source, seconds, bytes written per component.
 
     Raises:
       CheckpointError: the source is incomplete or does not match its configuration.
-      ValueError: an image-to-video or Wan2.2 checkpoint (not convertible yet).
       FileExistsError: ``dst`` exists.
     """
     t0 = time.perf_counter()
@@ -89,12 +112,6 @@ def convert_checkpoint(
     if dst.exists():
         raise FileExistsError(f"{dst} exists; choose a new output folder")
     ckpt = resolve_checkpoint(src)
-    from vidax.models.wan.pipeline_i2v import needs_general_pipeline
-
-    if needs_general_pipeline(src):
-        # The vidax layout has no image_encoder/, transformer_2/ or model_index settings yet.
-        raise ValueError(f"{src}: vidax convert translates Wan2.1 text-to-video checkpoints; image-to-video and "
-                         "Wan2.2 checkpoints load directly from their diffusers or original folders")
     maps = ckpt.maps
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
@@ -115,17 +132,40 @@ def convert_checkpoint(
         sizes["text_encoder"] = _write_component(
             tmp / "text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg), np.dtype(text_encoder_dtype),
             _config_dict(ecfg, None), str(ckpt.text_encoder_weights))
+        parts = []
+        if ckpt.transformer_2_weights is not None:
+            tcfg2 = ckpt.transformer_2_config()
+            sizes["transformer_2"] = _write_component(
+                tmp / "transformer_2", ckpt.transformer_2_reader(), maps.transformer_keymap(tcfg2),
+                transformer_specs(tcfg2), np.dtype(dtype), _config_dict(tcfg2, "WanTransformer3DModel"),
+                str(ckpt.transformer_2_weights))
+            parts.append("transformer_2")
+        if ckpt.image_encoder is not None:
+            creader, ckeymap, ccfg = ckpt.image_encoder_source()
+            sizes["image_encoder"] = _write_component(
+                tmp / "image_encoder", creader, ckeymap, clip_specs(ccfg), np.dtype(image_encoder_dtype),
+                clip_config_dict(ccfg), str(ckpt.image_encoder))
+            (tmp / "image_processor").mkdir()
+            if ckpt.image_processor is not None:
+                shutil.copy(ckpt.image_processor / "preprocessor_config.json", tmp / "image_processor")
+            else:  # the original release: CLIP's settings at the encoder's input size, as the pipeline uses
+                write_json(tmp / "image_processor" / "preprocessor_config.json", _clip_processor_config(ccfg.image_size))
+            parts += ["image_encoder", "image_processor"]
         shutil.copytree(ckpt.tokenizer, tmp / "tokenizer")
+        pipeline = {k: v for k, v in ckpt.pipeline_config.items() if k != "_class_name"}
         sched = ckpt.scheduler_config()
         if sched is None:
-            sched = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
+            shift = pipeline.pop("original_flow_shift", ORIGINAL_T2V_FLOW_SHIFT)
+            sched = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": shift}
         (tmp / "scheduler").mkdir()
         write_json(tmp / "scheduler" / "scheduler_config.json", sched)
         summary = {
-            "format": "vidax", "version": 1, "family": "wan", "model": "Wan2.1-T2V",
+            "format": "vidax", "version": 1, "family": "wan", "model": ckpt.describe(tcfg),
             "source": str(Path(src).resolve()), "source_layout": ckpt.layout,
+            "parts": parts, "pipeline": pipeline,
             "dtypes": {"transformer": str(np.dtype(dtype)), "vae": str(np.dtype(vae_dtype)),
-                       "text_encoder": str(np.dtype(text_encoder_dtype))},
+                       "text_encoder": str(np.dtype(text_encoder_dtype)),
+                       **({"image_encoder": str(np.dtype(image_encoder_dtype))} if "image_encoder" in parts else {})},
             "bytes": sizes,
         }
         write_json(tmp / VIDAX_INDEX, summary)

@@ -83,29 +83,9 @@ def _component_lines(name: str, reader, keymap, specs, source: str) -> list[str]
     return lines
 
 
-def _describe(ckpt, tcfg: WanTransformerConfig) -> str:
-    """The model a resolved Wan checkpoint holds, from its configuration."""
-    if ckpt.transformer_2_weights is not None:
-        task = "image-to-video" if tcfg.in_channels != tcfg.out_channels else "text-to-video"
-        return f"Wan2.2 A14B {task} (two experts, boundary {ckpt.boundary_ratio})"
-    if ckpt.expand_timesteps:
-        return "Wan2.2 TI2V-5B text/image-to-video"
-    if tcfg.pos_embed_seq_len is not None:
-        return "Wan2.1 first-last-frame-to-video"
-    if tcfg.in_channels != tcfg.out_channels:
-        return "Wan2.1 image-to-video"
-    return "Wan2.1 text-to-video"
-
-
-def _image_encoder_lines(where: Path) -> list[str]:
-    if where.is_file():  # the original release's CLIP .pth: the image tower through its views
-        raw = CheckpointReader(where)
-        ccfg = clip_config_from_wan_original_shapes({k: raw.shape(k) for k in raw.keys()})
-        return _component_lines("image_encoder", WAN_CLIP_VIEWS.reader(raw), clip_keymap_wan_original(ccfg),
-                                clip_specs(ccfg), str(where))
-    ccfg = CLIPVisionConfig.from_dict(json.loads((where / "config.json").read_text()))
-    reader = CheckpointReader(where)
-    return _component_lines("image_encoder", reader, clip_keymap(ccfg, reader.keys()), clip_specs(ccfg), str(where))
+def _image_encoder_lines(ckpt) -> list[str]:
+    reader, keymap, ccfg = ckpt.image_encoder_source()
+    return _component_lines("image_encoder", reader, keymap, clip_specs(ccfg), str(ckpt.image_encoder))
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
@@ -131,7 +111,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
     if ckpt is not None:
         maps = ckpt.maps
         tcfg = ckpt.transformer_config()
-        lines = [f"{path}: {_describe(ckpt, tcfg)}, {ckpt.layout} layout"]
+        lines = [f"{path}: {ckpt.describe(tcfg)}, {ckpt.layout} layout"]
         lines.append(f"  transformer: {tcfg.num_layers} blocks, dim {tcfg.dim} ({tcfg.num_attention_heads} heads x "
                      f"{tcfg.attention_head_dim}), ffn {tcfg.ffn_dim}")
         lines += _component_lines("transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg),
@@ -144,7 +124,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
         lines += _component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
                                   str(ckpt.text_encoder_weights))
         if ckpt.image_encoder is not None:
-            lines += _image_encoder_lines(ckpt.image_encoder)
+            lines += _image_encoder_lines(ckpt)
         lines.append(f"tokenizer: {ckpt.tokenizer}")
         return lines
     reader = CheckpointReader(path)

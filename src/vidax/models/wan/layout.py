@@ -271,6 +271,34 @@ class WanCheckpoint:
             return T5Config.from_dict(_read_json(self.text_encoder_config_path))
         return t5_config_from_wan_original_shapes(_shapes(reader if reader is not None else self.text_encoder_reader()))
 
+    def describe(self, tcfg: WanTransformerConfig | None = None) -> str:
+        """The model this checkpoint holds, in words (e.g. ``"Wan2.2 TI2V-5B text/image-to-video"``)."""
+        tcfg = tcfg or self.transformer_config()
+        if self.transformer_2_weights is not None:
+            task = "image-to-video" if tcfg.in_channels != tcfg.out_channels else "text-to-video"
+            return f"Wan2.2 A14B {task} (two experts, boundary {self.boundary_ratio})"
+        if self.expand_timesteps:
+            return "Wan2.2 TI2V-5B text/image-to-video"
+        if tcfg.pos_embed_seq_len is not None:
+            return "Wan2.1 first-last-frame-to-video"
+        if tcfg.in_channels != tcfg.out_channels:
+            return "Wan2.1 image-to-video"
+        return "Wan2.1 text-to-video"
+
+    def image_encoder_source(self):
+        """``(reader, keymap, CLIPVisionConfig)`` of the image encoder (requires ``image_encoder``).
+
+        Diffusers ``image_encoder/`` and the original CLIP file through
+        :func:`vidax.encoders.clip.image_encoder_source`; the vidax layout's ``image_encoder/`` (our
+        names, ``config.json`` in transformers' keys) with the identity map.
+        """
+        from vidax.encoders.clip import CLIPVisionConfig, clip_specs, image_encoder_source
+
+        if self.layout == VIDAX:
+            cfg = CLIPVisionConfig.from_dict(_read_json(self.image_encoder / "config.json"))
+            return _reader(self.image_encoder / VIDAX_WEIGHTS), identity_keymap(clip_specs(cfg)), cfg
+        return image_encoder_source(self.image_encoder)
+
     def scheduler_config(self) -> dict | None:
         """``scheduler/scheduler_config.json`` (diffusers), or ``None``: the original layout has none
         (the pipeline then uses the Wan repository's UniPC settings with :data:`ORIGINAL_T2V_FLOW_SHIFT`)."""
@@ -516,16 +544,33 @@ def _resolve_original(folder: Path) -> WanCheckpoint:
     )
 
 
+#: Optional parts of a converted (vidax-layout) Wan folder and the WanCheckpoint fields they fill.
+_VIDAX_OPTIONAL = ("transformer_2", "image_encoder", "image_processor")
+
+
 def _resolve_vidax(folder: Path) -> WanCheckpoint:
     index = _read_json(folder / VIDAX_INDEX)
     if index.get("format") != "vidax" or index.get("family") != "wan":
         raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted Wan checkpoint (format/family)")
-    missing = [f"{part}/{name}" for part in ("transformer", "vae", "text_encoder") for name in ("config.json", VIDAX_WEIGHTS)
+    parts = [p for p in _VIDAX_OPTIONAL if p in index.get("parts", ())]
+    weighted = ["transformer", "vae", "text_encoder"] + [p for p in parts if p != "image_processor"]
+    missing = [f"{part}/{name}" for part in weighted for name in ("config.json", VIDAX_WEIGHTS)
                if not (folder / part / name).is_file()]
     missing += [p for p in ("tokenizer/tokenizer.json", "scheduler/scheduler_config.json") if not (folder / p).is_file()]
+    if "image_processor" in parts and not (folder / "image_processor" / "preprocessor_config.json").is_file():
+        missing.append("image_processor/preprocessor_config.json")
     if missing:
         raise CheckpointError(f"{folder}: converted Wan folder is missing {', '.join(missing)}; run `vidax convert` again")
+    optional = {}
+    if "transformer_2" in parts:
+        optional.update(transformer_2_config_path=folder / "transformer_2" / "config.json",
+                        transformer_2_weights=folder / "transformer_2" / VIDAX_WEIGHTS)
+    if "image_encoder" in parts:
+        optional["image_encoder"] = folder / "image_encoder"
+    if "image_processor" in parts:
+        optional["image_processor"] = folder / "image_processor"
     return WanCheckpoint(
+        **optional, pipeline_config=dict(index.get("pipeline", {})),
         folder=folder, layout=VIDAX,
         transformer_config_path=folder / "transformer" / "config.json",
         transformer_weights=folder / "transformer" / VIDAX_WEIGHTS,

@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.encoders.clip import CLIPImageProcessorConfig, encode_images, load_image_encoder, preprocess_images
+from vidax.encoders.clip import CLIPImageProcessorConfig, clip_specs, encode_images, preprocess_images
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
@@ -384,7 +384,9 @@ class WanImageToVideoPipeline(WanPipeline):
                 raise CheckpointError(f"{ckpt.folder}: the transformer takes CLIP image tokens (image_dim="
                                       f"{tcfg.image_dim}) but the checkpoint has no image encoder (diffusers "
                                       "image_encoder/, or the original release's models_clip_*.pth)")
-            cparams, ccfg = load_image_encoder(ckpt.image_encoder, jnp.dtype(image_encoder_dtype))
+            creader, ckeymap, ccfg = ckpt.image_encoder_source()
+            cparams = load_params(creader, ckeymap, clip_specs(ccfg), jnp.dtype(image_encoder_dtype),
+                                  source=str(ckpt.image_encoder))
             if ccfg.hidden_size != tcfg.image_dim:
                 raise CheckpointError(f"{ckpt.folder}: the image encoder is {ccfg.hidden_size} wide but the transformer "
                                       f"expects image_dim={tcfg.image_dim}")
