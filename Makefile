@@ -38,6 +38,8 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python -m bench.compare --config a
+	$(BIN)/python -m bench.compare --config b
+	$(BIN)/python -m bench.compare --config c
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.compile_study
 

@@ -110,3 +110,35 @@ def test_gpu_step_runs_on_a_tiny_model(tmp_path):
     text = docs.read_text()
     assert "## GPU: one H200, real sizes" in text and "| 1.3b-480p | vidax | chunked |" in text
     assert "| 14b-720p | diffusers | | | not run |" in text
+
+
+@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox"])
+def test_compare_contenders_compute_the_same_step(family, tmp_path):
+    """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
+    gives the same noise prediction (the comparison compares one computation), and both decode."""
+    import numpy as np
+
+    from bench import compare
+
+    fam = compare.FAMILIES[family]
+    tiny = compare.BenchConfig("tiny", family, {}, {}, {}, base=(9, 64, 64), sweep=((9, 64, 64),))
+    folder = tmp_path / "ckpt"
+    if family == "cogvideox":
+        from vidax.models.cogvideox.demo import write_demo_checkpoint
+
+        write_demo_checkpoint(folder, seed=1, variant="2b")
+    else:
+        fam.write_checkpoint(folder, tiny)
+    latents = compare._latents(fam.latent_shape(*tiny.base))
+    engines = {n: cls(folder, "float32", None) for n, cls in fam.contenders.items()}
+    preds = {}
+    for n, e in engines.items():
+        e.load()
+        e.encode()
+        e.prepare(latents)
+        e.step()
+        preds[n] = np.asarray(e.compiled(*e.args) if n == "vidax" else e.noise_pred.numpy())
+        assert np.asarray(e.decode(latents)).size > 0
+    ref = preds["diffusers"]
+    assert preds["vidax"].shape == ref.shape and np.linalg.norm(preds["vidax"] - ref) / np.linalg.norm(ref) < 1e-4
+    assert fam.tokens(tiny, *tiny.base) > 0
