@@ -118,3 +118,31 @@ def test_conv3d_matches_torch(kernel, strides, padding):
     out = conv3d(p, jnp.asarray(x), strides=strides, padding=padding)
     assert out.shape == tuple(ref.permute(0, 2, 3, 4, 1).shape)
     assert _rel(out, ref.permute(0, 2, 3, 4, 1).numpy()) < 1e-5
+
+
+def test_on_demand_frees_and_reloads():
+    """OnDemand: freed after use unless kept (its device buffers deleted), reloaded by the loader on the next get."""
+    import jax
+
+    from vidax.core.residency import OnDemand, keep_resident
+
+    calls = []
+
+    def loader():
+        calls.append(1)
+        return {"w": jnp.arange(4.0)}
+
+    first = loader()
+    tree = OnDemand(loader, first, keep=False)
+    assert tree.get() is first and tree.loads == 0
+    tree.release()
+    assert not tree.resident and first["w"].is_deleted()
+    np.testing.assert_array_equal(np.asarray(tree.get()["w"]), np.arange(4.0))
+    assert tree.loads == 1 and len(calls) == 2
+    kept = OnDemand(loader, loader(), keep=True)
+    kept.release()
+    assert kept.resident
+    assert keep_resident("resident") and not keep_resident("free")
+    assert keep_resident("auto") == (jax.default_backend() == "cpu")
+    with pytest.raises(ValueError, match="residency must be one of"):
+        keep_resident("sometimes")

@@ -141,3 +141,16 @@ def test_demo_checkpoint_has_exactly_the_diffusers_layout(ckpt, reference, tmp_p
     assert set(index_a) == set(index_b) - {"_name_or_path"}
     for key in ("scheduler", "text_encoder", "transformer", "vae"):
         assert index_a[key] == index_b[key]
+
+
+def test_text_encoder_freed_after_encoding_and_reloaded(ckpt):
+    """text_encoder_residency="free" (paper fault 2: the float32 UMT5 freed after encoding): the weights are gone
+    after a call, the next call loads them again, and both calls make the frames of a resident pipeline."""
+    kw = dict(height=32, width=32, num_frames=5, num_inference_steps=2, output_type="float", progress=False)
+    kept = WanPipeline.from_pretrained(ckpt, dtype="float32", text_encoder_residency="resident")
+    freed = WanPipeline.from_pretrained(ckpt, dtype="float32", text_encoder_residency="free")
+    want = kept("a fox", "blurry", **kw).frames
+    np.testing.assert_array_equal(freed("a fox", "blurry", **kw).frames, want)
+    assert not freed.text_encoder.resident and freed.text_encoder.loads == 0
+    np.testing.assert_array_equal(freed("a fox", "blurry", **kw).frames, want)
+    assert freed.text_encoder.loads == 1 and kept.text_encoder.resident and kept.text_encoder.loads == 0

@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep the transformer blocks in host memory and stream them to the devices N at a time")
     g.add_argument("--offload-serial", action="store_true",
                    help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's mode)")
+    g.add_argument("--text-encoder-residency", choices=["auto", "resident", "free"], default="auto",
+                   help="free the float32 text encoder after encoding (auto: on accelerators, not on CPU)")
     g.add_argument("--auto-split", action="store_true",
                    help="choose --dp/--tp/--sp/--offload-chunk with the memory planner (see `vidax plan`) for all devices")
     g.add_argument("--memory-gb", type=float, default=None,
@@ -186,7 +188,8 @@ def generate_cogvideox(args) -> int:
         raise ValueError(f"--out {out} must end in .mp4")
     t0 = time.perf_counter()
     pipe = CogVideoXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
-                                             attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp)
+                                             attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
+                                             text_encoder_residency=args.text_encoder_residency)
     result = pipe(args.prompt, args.negative_prompt, height=height, width=width, num_frames=num_frames,
                   num_inference_steps=steps, guidance_scale=guidance,
                   use_dynamic_cfg=pr.use_dynamic_cfg if pr else False, sampler=sampler, seed=args.seed,
@@ -223,6 +226,7 @@ def generate(args) -> int:
         args.dp, args.tp, args.sp, args.offload_chunk = auto_split(args, s)
     t0 = time.perf_counter()
     pipe = WanPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
+                                       text_encoder_residency=args.text_encoder_residency,
                                        dp=args.dp, tp=args.tp, sp=args.sp, offload_chunk=args.offload_chunk,
                                        offload_overlap=not args.offload_serial)
     result = pipe(
@@ -286,6 +290,7 @@ def generate_general(args) -> int:
         init_distributed(args)
     t0 = time.perf_counter()
     pipe = WanImageToVideoPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
+                                                   text_encoder_residency=args.text_encoder_residency,
                                                    dp=args.dp, tp=args.tp, sp=args.sp,
                                                    offload_chunk=args.offload_chunk,
                                                    offload_overlap=not args.offload_serial)

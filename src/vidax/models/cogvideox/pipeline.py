@@ -49,6 +49,7 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.core.attention import AttentionImpl, resolve_implementation
 from vidax.core.parallel import sequence_mode
+from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
@@ -161,7 +162,8 @@ class CogVideoXPipeline:
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         self.text_cfg = text_cfg
-        self.text_params = text_params
+        # The T5 weights (float32: paper fault 2); from_pretrained may make them freed after each encoding.
+        self.text_encoder = OnDemand(lambda: text_params, text_params)
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler_config
         self.attention = AttentionImpl(attention)
@@ -171,6 +173,11 @@ class CogVideoXPipeline:
         self.load_seconds = 0.0
 
     @property
+    def text_params(self) -> dict:
+        """The T5 encoder's parameters (loaded again from the checkpoint if they were freed)."""
+        return self.text_encoder.get()
+
+    @property
     def fps(self) -> int:
         """Frame rate of the training videos: 16 for CogVideoX1.5, 8 for CogVideoX."""
         return 16 if self.transformer_cfg.patch_size_t is not None else 8
@@ -178,7 +185,7 @@ class CogVideoXPipeline:
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
-                        devices: list | None = None) -> CogVideoXPipeline:
+                        devices: list | None = None, text_encoder_residency: str = "auto") -> CogVideoXPipeline:
         """Load a diffusers-layout CogVideoX text-to-video folder.
 
         Args:
@@ -196,6 +203,10 @@ class CogVideoXPipeline:
             (:func:`vidax.core.sharding.make_mesh`); all 1: one device, no mesh. tp must divide the
             head count (30 for CogVideoX-2b, 48 for the 5B models); any sp runs.
           devices: the mesh's devices (default all; their count must be ``dp * tp * sp``).
+          text_encoder_residency: ``"free"``: the float32 T5 weights are freed after each encoding and
+            loaded again (memory-mapped, already checked) when another prompt comes (paper fault 2);
+            ``"resident"``: kept; ``"auto"``: freed on accelerators, kept on the CPU backend
+            (:func:`vidax.core.residency.keep_resident`).
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the
@@ -230,12 +241,18 @@ class CogVideoXPipeline:
                               shardings=None if mesh is None else COGVIDEOX_RULES.sharding_fn(mesh))
         vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
                               source=str(ckpt.part("vae")))
-        ereader = ckpt.reader("text_encoder")
-        eparams = load_params(ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
-                              jnp.dtype(text_encoder_dtype), source=str(ckpt.part("text_encoder")))
+        keep_text = keep_resident(text_encoder_residency)
+
+        def load_text_encoder():
+            ereader = ckpt.reader("text_encoder")
+            return load_params(ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
+                               jnp.dtype(text_encoder_dtype), source=str(ckpt.part("text_encoder")))
+
+        eparams = load_text_encoder()
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
                    attention, mesh=mesh)
+        pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
         jax.block_until_ready((tparams, vparams, eparams))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
@@ -249,7 +266,10 @@ class CogVideoXPipeline:
         (it calls the encoder without an attention mask).
         """
         ids, _ = self.tokenizer(list(prompts), max_length=MAX_SEQUENCE_LENGTH)
-        return t5_encode(self.text_params, self.text_cfg, ids, np.ones_like(ids))
+        states = t5_encode(self.text_encoder.get(), self.text_cfg, ids, np.ones_like(ids))
+        jax.block_until_ready(states)
+        self.text_encoder.release()  # freed now unless kept resident (text_encoder_residency)
+        return states
 
     def make_scheduler(self, sampler: str | None = None):
         """The checkpoint's scheduler configuration as DDIM (``"ddim"``), DPM (``"dpm"``) or as saved (None).

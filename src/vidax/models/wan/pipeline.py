@@ -51,6 +51,7 @@ from vidax.core.attention import AttentionImpl, resolve_implementation
 from vidax.core.offload import ChunkPlan, OffloadedStack, device_sharding, host_memory_kind
 from vidax.core.parallel import sequence_mode
 from vidax.core.params import map_specs
+from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, clean_prompt
@@ -144,7 +145,8 @@ class WanPipeline:
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         self.text_cfg = text_cfg
-        self.text_params = text_params
+        # The UMT5 weights (float32: paper fault 2); from_pretrained may make them freed after each encoding.
+        self.text_encoder = OnDemand(lambda: text_params, text_params)
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler_config
         self.attention = AttentionImpl(attention)
@@ -157,6 +159,11 @@ class WanPipeline:
         self.offload = offload
         self.offload_overlap = offload_overlap
         self.load_stats: dict[str, Any] = {}
+
+    @property
+    def text_params(self) -> dict:
+        """The UMT5 encoder's parameters (loaded again from the checkpoint if they were freed)."""
+        return self.text_encoder.get()
 
     @classmethod
     def from_pretrained(
@@ -173,6 +180,7 @@ class WanPipeline:
         devices: list | None = None,
         offload_chunk: int | None = None,
         offload_overlap: bool = True,
+        text_encoder_residency: str = "auto",
     ) -> WanPipeline:
         """Load a Wan2.1 T2V folder in either layout, detected by :func:`vidax.models.wan.layout.resolve_checkpoint`.
 
@@ -200,6 +208,10 @@ class WanPipeline:
             (the last chunk is zero-padded).
           offload_overlap: with offloading, copy chunk ``i + 1`` while chunk ``i`` computes (True)
             or serially (False, the paper's mode).
+          text_encoder_residency: ``"free"``: the float32 UMT5 weights are freed after each encoding and
+            loaded again (memory-mapped, already checked) when another prompt comes (paper fault 2);
+            ``"resident"``: kept; ``"auto"``: freed on accelerators, kept on the CPU backend
+            (:func:`vidax.core.residency.keep_resident`).
 
         Raises:
           CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
@@ -243,10 +255,13 @@ class WanPipeline:
                 f"{ckpt.folder}: the text encoder is {ecfg.d_model} wide but the transformer expects text_dim="
                 f"{tcfg.text_dim}; the components belong to different models"
             )
-        eparams = load_params(
-            ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg), jnp.dtype(text_encoder_dtype),
-            source=str(ckpt.text_encoder_weights),
-        )
+        keep_text = keep_resident(text_encoder_residency)
+
+        def load_text_encoder(reader=None):
+            return load_params(reader or ckpt.text_encoder_reader(), maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
+                               jnp.dtype(text_encoder_dtype), source=str(ckpt.text_encoder_weights))
+
+        eparams = load_text_encoder(ereader)
         tokenizer = Tokenizer.from_folder(ckpt.tokenizer)
         sched_cfg = ckpt.scheduler_config()
         if sched_cfg is None:
@@ -255,6 +270,7 @@ class WanPipeline:
             sched_cfg = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention,
                    layout=ckpt.layout, mesh=mesh, offload=offload, offload_overlap=offload_overlap)
+        pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
         jax.block_until_ready((tparams, vparams, eparams, None if offload is None else offload.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         # Bytes of the transformer checkpoint this process read (its own shards on several hosts).
@@ -266,7 +282,10 @@ class WanPipeline:
     def encode_prompt(self, prompts: list[str]) -> jax.Array:
         """UMT5 states for ``prompts``: float32 ``(B, 512, 4096)``, rows past each prompt's length zero."""
         ids, mask = self.tokenizer([clean_prompt(p) for p in prompts], max_length=MAX_SEQUENCE_LENGTH)
-        return encode_prompts(self.text_params, self.text_cfg, ids, mask, MAX_SEQUENCE_LENGTH)
+        states = encode_prompts(self.text_encoder.get(), self.text_cfg, ids, mask, MAX_SEQUENCE_LENGTH)
+        jax.block_until_ready(states)
+        self.text_encoder.release()  # freed now unless kept resident (text_encoder_residency)
+        return states
 
     def make_scheduler(self, sampler: str | None = None, flow_shift: float | None = None):
         """The sampler for this run: the checkpoint's own (UniPC for Wan) or flow-matching Euler.
