@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file as torch_save_file
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear, rules
+from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear, rules, to_layout
 from vidax.checkpoint.loader import DictReader, load_params
 from vidax.checkpoint.safetensors_io import CheckpointReader, SafetensorsFile
 from vidax.checkpoint.writer import to_state_dict
@@ -137,6 +137,15 @@ def test_native_and_numpy_conversion_equal_ml_dtypes_bit_for_bit(src_dtype, dst_
             out = np.empty(want.shape, dst_dtype)
             loader.convert_into(pool, src, "linear", out)
             np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
+            # Convolution kernels (O, I, kt, kh, kw) -> (kt, kh, kw, I, O) and (O, I, kh, kw) -> (kh, kw, I, O),
+            # converted in output-channel tasks (the native path: a transpose-cast, then an axis swap).
+            for layout, shape in (("conv3d", (70, 10, 3, 1, 10)), ("conv2d", (300, 7, 1, 10))):
+                kernel = src.reshape(shape)
+                ref = np.ascontiguousarray(to_layout(layout, kernel)).astype(dst_dtype)
+                got = np.empty(ref.shape, dst_dtype)
+                monkeypatch.setattr(loader, "_TASK_BYTES", 1024)  # several tasks per kernel
+                loader.convert_into(pool, kernel, layout, got)
+                np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), ref.view(f"u{ref.itemsize}"))
 
 
 def _vm_flags(address: int) -> list[str]:

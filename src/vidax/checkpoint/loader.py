@@ -207,12 +207,32 @@ def _convert_rows(src: np.ndarray, layout: str, out: np.ndarray, lo: int, hi: in
             _bits(out)[lo:hi] = _bits(src[lo:hi])
         else:
             out[lo:hi] = cast_on_host(src[lo:hi], out.dtype)
-    else:  # convolution kernels: small, converted whole
-        out[...] = cast_on_host(np.ascontiguousarray(to_layout(layout, src)), out.dtype)
+    elif not _native_conv(src, out, lo, hi):  # convolution kernels: output channels lo:hi
+        ours = to_layout(layout, src[lo:hi])
+        out[..., lo:hi] = cast_on_host(np.ascontiguousarray(ours), out.dtype)
+
+
+def _native_conv(src: np.ndarray, out: np.ndarray, lo: int, hi: int) -> bool:
+    """Output channels ``lo:hi`` of a PyTorch conv kernel ``(O, I, *K)`` into ours ``(*K, I, O)``, natively.
+
+    Those rows, viewed as an ``(hi - lo, I*K)`` matrix, are transposed (and cast) by the native helper
+    into ``(I*K, hi - lo)`` = ``(I, K, hi - lo)``, whose ``(I, K)`` axes are then swapped while writing
+    ``out[..., lo:hi]`` (runs of ``hi - lo`` contiguous elements). NumPy's strided 5-D transpose runs at
+    ~0.3 GB/s here: the 2.7 GB Wan2.2 VAE took 10 s to load.
+    """
+    if src.ndim < 3 or not src.flags.c_contiguous:
+        return False
+    o, i = src.shape[:2]
+    k = int(np.prod(src.shape[2:], dtype=np.int64))
+    tmp = np.empty((i * k, hi - lo), out.dtype)
+    if not _native_transpose(src.reshape(o, i * k)[lo:hi], tmp, 0, hi - lo):
+        return False
+    _bits(out.reshape(k, i, o))[:, :, lo:hi] = _bits(tmp.reshape(i, k, hi - lo)).transpose(1, 0, 2)
+    return True
 
 
 def _tasks(src: np.ndarray, layout: str, out: np.ndarray) -> list[tuple]:
-    rows = src.shape[0] if src.ndim and layout in ("linear", "none") else 1
+    rows = src.shape[0] if src.ndim and layout in ("linear", "none", "conv2d", "conv3d") else 1
     row_bytes = max(1, src.nbytes // max(rows, 1))
     step = max(1, _TASK_BYTES // row_bytes)
     return [(src, layout, out, lo, min(rows, lo + step)) for lo in range(0, rows, step)]
