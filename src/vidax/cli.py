@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--no-progress", action="store_true")
 
     i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
-    i.add_argument("path", help="a Wan checkpoint folder (any layout), a component folder, or a weights file")
+    i.add_argument("path", help="a Wan or CogVideoX checkpoint folder (any layout), a component folder, or a weights file")
 
     pl = sub.add_parser("plan", help="per-device memory of every (dp, tp, sp, offload) split, compiled without weights")
     pl.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the generation settings to plan")
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", default=None, help="also write the estimates as JSON here")
 
     c = sub.add_parser("convert", help="translate a checkpoint once into the vidax layout (loads as a plain copy)")
-    c.add_argument("src", help="Wan checkpoint folder (diffusers layout or the original release)")
+    c.add_argument("src", help="Wan (diffusers layout or the original release) or CogVideoX checkpoint folder")
     c.add_argument("dst", help="output folder (must not exist)")
     c.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="transformer weight dtype")
     c.add_argument("--text-encoder-dtype", choices=["bfloat16", "float32"], default="float32")
@@ -157,14 +157,10 @@ def _cogvideox_presets() -> dict:
 
 
 def _is_cogvideox(args) -> bool:
-    """A CogVideoX preset, or a checkpoint whose model_index.json names a CogVideoX pipeline."""
-    if args.preset in _cogvideox_presets():
-        return True
-    index = Path(args.checkpoint) / "model_index.json"
-    try:
-        return index.is_file() and str(json.loads(index.read_text()).get("_class_name", "")).startswith("CogVideoX")
-    except json.JSONDecodeError:
-        return False
+    """A CogVideoX preset, or a CogVideoX checkpoint (diffusers or vidax-converted layout)."""
+    from vidax.models.cogvideox.layout import is_cogvideox_folder
+
+    return args.preset in _cogvideox_presets() or is_cogvideox_folder(args.checkpoint)
 
 
 def generate_cogvideox(args) -> int:
@@ -407,14 +403,23 @@ def plan(args) -> int:
 
 
 def inspect(args) -> int:
-    from vidax.models.wan.inspection import inspect_checkpoint
+    from vidax.models.cogvideox.layout import is_cogvideox_folder
 
+    if is_cogvideox_folder(args.path):
+        from vidax.models.cogvideox.inspection import inspect_checkpoint
+    else:
+        from vidax.models.wan.inspection import inspect_checkpoint
     print("\n".join(inspect_checkpoint(args.path)))
     return 0
 
 
 def convert(args) -> int:
-    from vidax.models.wan.convert import convert_checkpoint
+    from vidax.models.cogvideox.layout import is_cogvideox_folder
+
+    if is_cogvideox_folder(args.src):
+        from vidax.models.cogvideox.convert import convert_checkpoint
+    else:
+        from vidax.models.wan.convert import convert_checkpoint
 
     s = convert_checkpoint(args.src, args.dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
                            vae_dtype=args.vae_dtype)

@@ -86,3 +86,22 @@ def format_summary(s: TensorSummary, *, max_groups: int = 40) -> list[str]:
     if len(items) > max_groups:
         lines.append(f"  ... {len(items) - max_groups} more name patterns")
     return lines
+
+
+def component_lines(name: str, reader: Any, keymap: KeyMap, specs, source: str) -> list[str]:
+    """Report lines for one component of a resolved checkpoint: its tensors, unknown keys, and whether the
+    key map fills the model's spec tree exactly (the loader's own check, run on headers only)."""
+    from vidax.checkpoint.errors import CheckpointError
+    from vidax.checkpoint.loader import plan_load
+
+    lines = [f"{name}: {source}"]
+    lines += ["  " + line for line in format_summary(summarize(reader))]
+    unknown = unknown_keys(reader, keymap)
+    lines.append(f"  keys our map does not know: {len(unknown)}")
+    lines += [f"    {k}" for k in unknown[:20]] + ([f"    ... {len(unknown) - 20} more"] if len(unknown) > 20 else [])
+    try:
+        plan_load(reader, keymap, specs, source=source)
+        lines.append("  matches its configuration: every parameter filled exactly once")
+    except CheckpointError as e:
+        lines += ["  " + line for line in str(e).splitlines()]
+    return lines

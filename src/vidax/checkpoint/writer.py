@@ -125,3 +125,36 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.part")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+#: Weights file of each component of a checkpoint translated by ``vidax convert`` (our names and layout).
+VIDAX_WEIGHTS = "params.safetensors"
+
+
+def write_component(folder: str | os.PathLike, reader, keymap: KeyMap, specs: SpecTree, dtype, config: dict,
+                    source: str) -> int:
+    """Translate one checkpoint component into ``folder`` in the vidax layout; returns the bytes written.
+
+    ``folder/params.safetensors`` holds every parameter under its path (``blocks/attn1/to_q/kernel``),
+    stacked blocks whole, already in our layout and cast by the dtype policy (``dtype`` for the
+    unpinned floating leaves); ``folder/config.json`` is ``config``. The whole checkpoint is matched
+    first (every error before anything is written), then streamed parameter by parameter.
+
+    Raises:
+      CheckpointError: see :func:`vidax.checkpoint.loader.plan_load`.
+    """
+    from vidax.checkpoint.loader import iter_host_params, plan_load
+
+    folder = Path(folder)
+    dtype = np.dtype(dtype)
+    plan = plan_load(reader, keymap, specs, source=source)
+    entries = []
+    for path, spec in flatten(specs):
+        first = reader.dtype(plan[path][0][0])
+        floating = np.issubdtype(first, np.floating) or first.kind == "V"
+        entries.append((path, spec.shape, spec.dtype(dtype) if floating else first))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_safetensors_stream(folder / VIDAX_WEIGHTS, entries, iter_host_params(reader, keymap, specs, dtype, source=source),
+                             metadata={"format": "vidax", "dtype": str(dtype)})
+    write_json(folder / "config.json", config)
+    return (folder / VIDAX_WEIGHTS).stat().st_size

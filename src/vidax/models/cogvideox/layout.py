@@ -12,6 +12,11 @@ The published CogVideoX checkpoints (``THUDM/CogVideoX-2b``, ``-5b``, ``-5b-I2V`
 
 :func:`resolve_checkpoint` checks that every part is there (naming each missing one) and
 returns a :class:`CogVideoXCheckpoint` with the config readers and key maps to load them.
+
+``vidax convert`` writes a second layout, ``"vidax"`` (:mod:`vidax.models.cogvideox.convert`):
+``vidax_index.json`` (``family: cogvideox``), each component's ``config.json`` (diffusers keys) and
+``params.safetensors`` (our parameter names and layout, cast by the dtype policy), loaded with the
+identity key maps: a plain copy.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.keymap import KeyMap
-from vidax.encoders.t5 import T5Config, t5_keymap
+from vidax.checkpoint.keymap import KeyMap, identity_keymap
+from vidax.checkpoint.writer import VIDAX_WEIGHTS
+from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 from vidax.models.cogvideox.keymap import transformer_keymap, vae_keymap
 
@@ -42,17 +48,24 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+DIFFUSERS, VIDAX = "diffusers", "vidax"
+#: The index file of a checkpoint translated by ``vidax convert``.
+VIDAX_INDEX = "vidax_index.json"
+
+
 @dataclass(frozen=True)
 class CogVideoXCheckpoint:
-    """A resolved CogVideoX diffusers folder (every path exists).
+    """A resolved CogVideoX folder (every path exists).
 
     Attributes:
       folder: the checkpoint folder.
-      pipeline_class: ``model_index.json``'s ``_class_name``.
+      pipeline_class: ``model_index.json``'s ``_class_name`` (the vidax layout keeps it in its index).
+      layout: ``"diffusers"`` or ``"vidax"`` (converted).
     """
 
     folder: Path
     pipeline_class: str
+    layout: str = DIFFUSERS
 
     def part(self, name: str) -> Path:
         return self.folder / name
@@ -73,19 +86,20 @@ class CogVideoXCheckpoint:
         """A :class:`~vidax.checkpoint.safetensors_io.CheckpointReader` over one component's weights."""
         from vidax.checkpoint.safetensors_io import CheckpointReader
 
-        return CheckpointReader(self.folder / part)
+        return CheckpointReader(self.folder / part / VIDAX_WEIGHTS if self.layout == VIDAX else self.folder / part)
 
-    @staticmethod
-    def transformer_keymap(cfg: CogVideoXTransformerConfig) -> KeyMap:
-        return transformer_keymap(cfg)
+    def transformer_keymap(self, cfg: CogVideoXTransformerConfig) -> KeyMap:
+        from vidax.models.cogvideox.transformer import transformer_specs
 
-    @staticmethod
-    def vae_keymap(cfg: CogVideoXVAEConfig) -> KeyMap:
-        return vae_keymap(cfg)
+        return identity_keymap(transformer_specs(cfg)) if self.layout == VIDAX else transformer_keymap(cfg)
 
-    @staticmethod
-    def text_encoder_keymap(cfg: T5Config, keys=None) -> KeyMap:
-        return t5_keymap(cfg, keys)
+    def vae_keymap(self, cfg: CogVideoXVAEConfig) -> KeyMap:
+        from vidax.models.cogvideox.vae import vae_specs
+
+        return identity_keymap(vae_specs(cfg)) if self.layout == VIDAX else vae_keymap(cfg)
+
+    def text_encoder_keymap(self, cfg: T5Config, keys=None) -> KeyMap:
+        return identity_keymap(t5_specs(cfg)) if self.layout == VIDAX else t5_keymap(cfg, keys)
 
 
 def resolve_checkpoint(folder: str | os.PathLike) -> CogVideoXCheckpoint:
@@ -98,6 +112,8 @@ def resolve_checkpoint(folder: str | os.PathLike) -> CogVideoXCheckpoint:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: checkpoint folder not found")
+    if (folder / VIDAX_INDEX).is_file():
+        return _resolve_vidax(folder)
     index = folder / "model_index.json"
     if not index.is_file():
         if (folder / "config.json").is_file():
@@ -119,3 +135,31 @@ def resolve_checkpoint(folder: str | os.PathLike) -> CogVideoXCheckpoint:
     if absent:
         raise CheckpointError(f"{folder}: missing {', '.join(absent)}")
     return CogVideoXCheckpoint(folder=folder, pipeline_class=name)
+
+
+def _resolve_vidax(folder: Path) -> CogVideoXCheckpoint:
+    index = _read_json(folder / VIDAX_INDEX)
+    if index.get("format") != "vidax" or index.get("family") != "cogvideox":
+        raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted CogVideoX checkpoint (format/family)")
+    missing = [f"{part}/{name}" for part in ("transformer", "vae", "text_encoder") for name in ("config.json", VIDAX_WEIGHTS)
+               if not (folder / part / name).is_file()]
+    missing += [p for p in ("tokenizer", "scheduler/scheduler_config.json") if not (folder / p).exists()]
+    if missing:
+        raise CheckpointError(f"{folder}: converted CogVideoX folder is missing {', '.join(missing)}; "
+                              "run `vidax convert` again")
+    return CogVideoXCheckpoint(folder=folder, pipeline_class=index.get("pipeline_class", "CogVideoXPipeline"),
+                               layout=VIDAX)
+
+
+def is_cogvideox_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a CogVideoX checkpoint (``model_index.json`` naming a CogVideoX pipeline, or a
+    vidax-converted one); reads only those index files."""
+    folder = Path(folder)
+    try:
+        if (folder / VIDAX_INDEX).is_file():
+            return _read_json(folder / VIDAX_INDEX).get("family") == "cogvideox"
+        if (folder / "model_index.json").is_file():
+            return str(_read_json(folder / "model_index.json").get("_class_name", "")).startswith("CogVideoX")
+    except CheckpointError:
+        return False
+    return False

@@ -30,9 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from vidax.checkpoint.loader import iter_host_params, plan_load
-from vidax.checkpoint.writer import write_json, write_safetensors_stream
-from vidax.core.params import flatten
+from vidax.checkpoint.writer import write_component, write_json
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_config_dict, clip_specs
 from vidax.encoders.t5 import t5_specs
 from vidax.models.wan import vae as wan_vae
@@ -56,21 +54,6 @@ def _clip_processor_config(size: int) -> dict:
             "do_rescale": c.do_rescale, "do_normalize": c.do_normalize, "do_convert_rgb": c.do_convert_rgb,
             "rescale_factor": c.rescale_factor, "image_mean": list(c.image_mean), "image_std": list(c.image_std),
             "resample": c.resample}
-
-
-def _write_component(folder: Path, reader, keymap, specs, dtype, config: dict, source: str) -> int:
-    """Translate one component into ``folder``; returns bytes written."""
-    plan = plan_load(reader, keymap, specs, source=source)  # all errors before anything is written
-    entries = []
-    for path, spec in flatten(specs):
-        first = reader.dtype(plan[path][0][0])
-        floating = np.issubdtype(first, np.floating) or first.kind == "V"
-        entries.append((path, spec.shape, spec.dtype(dtype) if floating else first))
-    folder.mkdir(parents=True, exist_ok=True)
-    write_safetensors_stream(folder / VIDAX_WEIGHTS, entries, iter_host_params(reader, keymap, specs, dtype, source=source),
-                             metadata={"format": "vidax", "dtype": str(np.dtype(dtype))})
-    write_json(folder / "config.json", config)
-    return (folder / VIDAX_WEIGHTS).stat().st_size
 
 
 def convert_checkpoint(
@@ -119,30 +102,30 @@ def convert_checkpoint(
         sizes = {}
         tcfg = ckpt.transformer_config()
         tconfig = _config_dict(tcfg, "WanTransformer3DModel")
-        sizes["transformer"] = _write_component(
+        sizes["transformer"] = write_component(
             tmp / "transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
             np.dtype(dtype), tconfig, str(ckpt.transformer_weights))
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
-        sizes["vae"] = _write_component(
+        sizes["vae"] = write_component(
             tmp / "vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), np.dtype(vae_dtype),
             _config_dict(vcfg, "AutoencoderKLWan"), str(ckpt.vae_weights))
         ereader = ckpt.text_encoder_reader()
         ecfg = ckpt.text_encoder_config(ereader)
-        sizes["text_encoder"] = _write_component(
+        sizes["text_encoder"] = write_component(
             tmp / "text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg), np.dtype(text_encoder_dtype),
             _config_dict(ecfg, None), str(ckpt.text_encoder_weights))
         parts = []
         if ckpt.transformer_2_weights is not None:
             tcfg2 = ckpt.transformer_2_config()
-            sizes["transformer_2"] = _write_component(
+            sizes["transformer_2"] = write_component(
                 tmp / "transformer_2", ckpt.transformer_2_reader(), maps.transformer_keymap(tcfg2),
                 transformer_specs(tcfg2), np.dtype(dtype), _config_dict(tcfg2, "WanTransformer3DModel"),
                 str(ckpt.transformer_2_weights))
             parts.append("transformer_2")
         if ckpt.image_encoder is not None:
             creader, ckeymap, ccfg = ckpt.image_encoder_source()
-            sizes["image_encoder"] = _write_component(
+            sizes["image_encoder"] = write_component(
                 tmp / "image_encoder", creader, ckeymap, clip_specs(ccfg), np.dtype(image_encoder_dtype),
                 clip_config_dict(ccfg), str(ckpt.image_encoder))
             (tmp / "image_processor").mkdir()

@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.inspect import best_keymap, format_summary, summarize, unknown_keys
-from vidax.checkpoint.loader import plan_load
+from vidax.checkpoint.inspect import best_keymap, component_lines, format_summary, summarize, unknown_keys
 from vidax.checkpoint.reader import CheckpointReader
 from vidax.encoders.clip import (
     WAN_CLIP_VIEWS,
@@ -69,23 +68,9 @@ def _candidates(path: Path, reader) -> dict:
     }
 
 
-def _component_lines(name: str, reader, keymap, specs, source: str) -> list[str]:
-    lines = [f"{name}: {source}"]
-    lines += ["  " + line for line in format_summary(summarize(reader))]
-    unknown = unknown_keys(reader, keymap)
-    lines.append(f"  keys our map does not know: {len(unknown)}")
-    lines += [f"    {k}" for k in unknown[:20]] + ([f"    ... {len(unknown) - 20} more"] if len(unknown) > 20 else [])
-    try:
-        plan_load(reader, keymap, specs, source=source)
-        lines.append("  matches its configuration: every parameter filled exactly once")
-    except CheckpointError as e:
-        lines += ["  " + line for line in str(e).splitlines()]
-    return lines
-
-
 def _image_encoder_lines(ckpt) -> list[str]:
     reader, keymap, ccfg = ckpt.image_encoder_source()
-    return _component_lines("image_encoder", reader, keymap, clip_specs(ccfg), str(ckpt.image_encoder))
+    return component_lines("image_encoder", reader, keymap, clip_specs(ccfg), str(ckpt.image_encoder))
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
@@ -114,14 +99,14 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
         lines = [f"{path}: {ckpt.describe(tcfg)}, {ckpt.layout} layout"]
         lines.append(f"  transformer: {tcfg.num_layers} blocks, dim {tcfg.dim} ({tcfg.num_attention_heads} heads x "
                      f"{tcfg.attention_head_dim}), ffn {tcfg.ffn_dim}")
-        lines += _component_lines("transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg),
+        lines += component_lines("transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg),
                                   transformer_specs(tcfg), str(ckpt.transformer_weights))
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
-        lines += _component_lines("vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), str(ckpt.vae_weights))
+        lines += component_lines("vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), str(ckpt.vae_weights))
         ereader = ckpt.text_encoder_reader()
         ecfg = ckpt.text_encoder_config(ereader)
-        lines += _component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
+        lines += component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
                                   str(ckpt.text_encoder_weights))
         if ckpt.image_encoder is not None:
             lines += _image_encoder_lines(ckpt)

@@ -46,6 +46,7 @@ from typing import Any
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, identity_keymap
+from vidax.checkpoint.writer import VIDAX_WEIGHTS
 from vidax.encoders.t5 import (
     T5Config,
     t5_config_from_wan_original_shapes,
@@ -64,8 +65,6 @@ VIDAX = "vidax"
 
 #: The index file of a checkpoint translated by ``vidax convert`` (our parameter names and layout).
 VIDAX_INDEX = "vidax_index.json"
-#: Weights file of each component in the vidax layout.
-VIDAX_WEIGHTS = "params.safetensors"
 
 #: The parts (sub-folders) of a diffusers-layout Wan pipeline folder.
 DIFFUSERS_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
