@@ -762,6 +762,8 @@ def _warm(folder: Path) -> None:
 def _qstat(values: list[float], foreign: list[float]) -> dict:
     """:func:`_stat` over the quiet measurements (other processes under ``QUIET`` of the CPU), if at least 2;
     else over all of them, marked ``contended``."""
+    if not values:
+        return {}
     quiet = [v for v, f in zip(values, foreign) if f < QUIET]
     if len(quiet) >= 2:
         return {**_stat(quiet), "quiet": len(quiet), "of": len(values)}
