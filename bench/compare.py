@@ -332,10 +332,12 @@ def _jax_threads() -> dict:
 class WanDiffusers:
     """diffusers' ``WanPipeline`` (PyTorch, CPU), with ``torch.set_num_threads`` left at its default."""
 
+    PIPELINE, TRANSFORMER = "WanPipeline", "WanTransformer3DModel"  # diffusers classes
+
     def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        import diffusers  # noqa: F401  (imports are not load time)
         import torch
-        from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel  # noqa: F401
-        from transformers import UMT5EncoderModel  # noqa: F401
+        import transformers  # noqa: F401
 
         torch.zeros(1)
         self.torch = torch
@@ -343,14 +345,15 @@ class WanDiffusers:
         self.tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
 
     def load(self) -> None:
-        from diffusers import WanPipeline, WanTransformer3DModel
+        import diffusers
 
         torch = self.torch
+        pipeline = getattr(diffusers, self.PIPELINE)
         if self.tdtype == torch.float32:
-            pipe = WanPipeline.from_pretrained(self.folder, dtype=torch.float32)
+            pipe = pipeline.from_pretrained(self.folder, dtype=torch.float32)
         else:  # as vidax's dtype: only the transformer in bf16 (its fp32-kept modules stay fp32)
-            tr = WanTransformer3DModel.from_pretrained(self.folder / "transformer", dtype=self.tdtype)
-            pipe = WanPipeline.from_pretrained(self.folder, transformer=tr, dtype=torch.float32)
+            tr = getattr(diffusers, self.TRANSFORMER).from_pretrained(self.folder / "transformer", dtype=self.tdtype)
+            pipe = pipeline.from_pretrained(self.folder, transformer=tr, dtype=torch.float32)
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe
 
@@ -450,7 +453,7 @@ def _cog_write(folder: Path, cfg: BenchConfig) -> None:
                           vae_overrides=dict(cfg.vae), text_overrides=dict(cfg.text))
 
 
-class CogVidax:
+class CogVidax(WanVidax):
     """vidax's ``CogVideoXPipeline`` (JAX), measured through its own stages."""
 
     def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
@@ -490,50 +493,14 @@ class CogVidax:
                                          guided=True).compile()
         return time.perf_counter() - t0
 
-    def step(self) -> None:
-        import jax
-
-        jax.block_until_ready(self.compiled(*self.args))
-
     def decode(self, latents):
         return self.pipe.decode_latents(latents)
 
-    def generate(self, frames: int, height: int, width: int, steps: int, latents):
-        out = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
-                        guidance_scale=GUIDANCE, latents=latents, output_type="float", progress=False)
-        m = out.metrics
-        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
-        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
-                            "jax_cache_requests": self.cache_events["requests"]}
 
-    def threads(self) -> dict:
-        return _jax_threads()
-
-
-class CogDiffusers:
+class CogDiffusers(WanDiffusers):
     """diffusers' ``CogVideoXPipeline`` (PyTorch, CPU)."""
 
-    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
-        import torch
-        from diffusers import CogVideoXPipeline, CogVideoXTransformer3DModel  # noqa: F401
-        from transformers import T5EncoderModel  # noqa: F401
-
-        torch.zeros(1)
-        self.torch = torch
-        self.folder = folder
-        self.tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-
-    def load(self) -> None:
-        from diffusers import CogVideoXPipeline, CogVideoXTransformer3DModel
-
-        torch = self.torch
-        if self.tdtype == torch.float32:
-            pipe = CogVideoXPipeline.from_pretrained(self.folder, dtype=torch.float32)
-        else:  # as vidax's dtype: only the transformer in bf16
-            tr = CogVideoXTransformer3DModel.from_pretrained(self.folder / "transformer", dtype=self.tdtype)
-            pipe = CogVideoXPipeline.from_pretrained(self.folder, transformer=tr, dtype=torch.float32)
-        pipe.set_progress_bar_config(disable=True)
-        self.pipe = pipe
+    PIPELINE, TRANSFORMER = "CogVideoXPipeline", "CogVideoXTransformer3DModel"
 
     def encode(self) -> None:
         with self.torch.no_grad():
@@ -563,12 +530,6 @@ class CogDiffusers:
     def decode(self, latents):
         with self.torch.no_grad():
             return self.pipe.decode_latents(self.torch.from_numpy(latents)).float().numpy()
-
-    def generate(self, frames: int, height: int, width: int, steps: int, latents):
-        return WanDiffusers.generate(self, frames, height, width, steps, latents)
-
-    def threads(self) -> dict:
-        return WanDiffusers.threads(self)
 
 
 @dataclass(frozen=True)

@@ -213,14 +213,8 @@ def demo_ckpt(tmp_path_factory):
                                  transformer_overrides={"num_attention_heads": 4, "num_layers": 3})
 
 
-def test_pipeline_with_offloading_on_a_mesh_equals_resident_and_compiles_one_chunk_function(demo_ckpt):
-    from vidax.models.wan.pipeline import WanPipeline
-
-    kw = dict(height=32, width=32, num_frames=1, num_inference_steps=3, output_type="float", progress=False)
-    single = WanPipeline.from_pretrained(demo_ckpt, dtype="float32")("a red panda", "blurry", **kw)
-    pipe = WanPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2, offload_chunk=2)
-    assert "blocks" not in pipe.transformer_params
-    assert pipe.offload.chunks[0]["ffn"]["down"]["kernel"].sharding.memory_kind == "pinned_host"
+def _chunk_compilations(run):
+    """``(run(), names of the offload chunk functions compiled meanwhile)``, from a cold cache."""
     compiled = []
 
     def listener(event, duration, **k):
@@ -230,9 +224,20 @@ def test_pipeline_with_offloading_on_a_mesh_equals_resident_and_compiles_one_chu
     jax.clear_caches()
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        out = pipe("a red panda", "blurry", **kw)
+        return run(), compiled
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_pipeline_with_offloading_on_a_mesh_equals_resident_and_compiles_one_chunk_function(demo_ckpt):
+    from vidax.models.wan.pipeline import WanPipeline
+
+    kw = dict(height=32, width=32, num_frames=1, num_inference_steps=3, output_type="float", progress=False)
+    single = WanPipeline.from_pretrained(demo_ckpt, dtype="float32")("a red panda", "blurry", **kw)
+    pipe = WanPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2, offload_chunk=2)
+    assert "blocks" not in pipe.transformer_params
+    assert pipe.offload.chunks[0]["ffn"]["down"]["kernel"].sharding.memory_kind == "pinned_host"
+    out, compiled = _chunk_compilations(lambda: pipe("a red panda", "blurry", **kw))
     assert len(compiled) == 1  # 2 chunks x 3 steps, one compilation
     assert out.metrics["offload"] == {"chunk": 2, "chunks": 2, "padded_layers": 4, "overlap": True,
                                       "chunk_bytes_per_device": out.metrics["offload"]["chunk_bytes_per_device"],
@@ -281,18 +286,7 @@ def test_image_and_wan22_pipelines_offloaded_equal_resident(task, mesh, tmp_path
     experts = [pipe.experts.get(i) for i in pipe.experts.resident()]
     assert len(experts) == (2 if task == "t2v-a14b" else 1) and all(isinstance(e, OffloadedExpert) for e in experts)
     assert all(e.stack.chunks[0]["ffn"]["up"]["kernel"].sharding.memory_kind == "pinned_host" for e in experts)
-    compiled = []
-
-    def listener(event, duration, **k):
-        if event == "/jax/core/compile/backend_compile_duration" and "_offload_chunk" in k.get("fun_name", ""):
-            compiled.append(k["fun_name"])
-
-    jax.clear_caches()
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        out = pipe("a red panda", "blurry", **kw)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+    out, compiled = _chunk_compilations(lambda: pipe("a red panda", "blurry", **kw))
     assert len(compiled) == 1
     assert out.metrics["offload"]["chunks"] == 2 and out.metrics["expert_switch_step"] == resident.metrics[
         "expert_switch_step"]

@@ -453,18 +453,13 @@ def _diffusers_vae22_name(key: str) -> str:
         where, i, rest = m.groups()
         part = {"0": "resnets.0", "1": "attentions.0", "2": "resnets.1"}[i]
         return f"{block(f'{where}.mid_block.{part}.{rest}')}.{leaf}"
-    m = re.fullmatch(r"encoder\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.*)", stem)
+    # encoder.downsamples.I.downsamples.J -> encoder.down_blocks.I.{resnets.J | downsampler}, and up for the decoder
+    m = re.fullmatch(r"(encoder\.down|decoder\.up)samples\.(\d+)\.(?:down|up)samples\.(\d+)\.(.*)", stem)
     if m:
-        i, j, rest = m.groups()
+        where, i, j, rest = m.groups()
         if rest.startswith(("residual", "shortcut")):
-            return f"{block(f'encoder.down_blocks.{i}.resnets.{j}.{rest}')}.{leaf}"
-        return f"encoder.down_blocks.{i}.downsampler.{rest}.{leaf}"
-    m = re.fullmatch(r"decoder\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.*)", stem)
-    if m:
-        i, j, rest = m.groups()
-        if rest.startswith(("residual", "shortcut")):
-            return f"{block(f'decoder.up_blocks.{i}.resnets.{j}.{rest}')}.{leaf}"
-        return f"decoder.up_blocks.{i}.upsampler.{rest}.{leaf}"
+            return f"{block(f'{where}_blocks.{i}.resnets.{j}.{rest}')}.{leaf}"
+        return f"{where}_blocks.{i}.{where.split('.')[1]}sampler.{rest}.{leaf}"
     raise AssertionError(f"unexpected Wan2.2 VAE key {key}")
 
 

@@ -7,10 +7,12 @@ names and layouts, and is written with the ``safetensors`` library.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import ml_dtypes
@@ -158,3 +160,26 @@ def write_component(folder: str | os.PathLike, reader, keymap: KeyMap, specs: Sp
                              metadata={"format": "vidax", "dtype": str(dtype)})
     write_json(folder / "config.json", config)
     return (folder / VIDAX_WEIGHTS).stat().st_size
+
+
+@contextlib.contextmanager
+def assembled_folder(dst: str | os.PathLike) -> Iterator[Path]:
+    """Build a new folder under a temporary name beside ``dst``; rename it into place only when complete.
+
+    Yields the temporary folder. On any error the partial folder is removed, so an interrupted
+    conversion never leaves a folder that looks loadable.
+
+    Raises:
+      FileExistsError: ``dst`` exists.
+    """
+    dst = Path(dst)
+    if dst.exists():
+        raise FileExistsError(f"{dst} exists; choose a new output folder")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        yield tmp
+        tmp.rename(dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

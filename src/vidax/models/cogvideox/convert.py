@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vidax.checkpoint.writer import write_component, write_json
+from vidax.checkpoint.writer import assembled_folder, write_component, write_json
 from vidax.encoders.t5 import t5_specs
 from vidax.models.cogvideox import vae as cvae
 from vidax.models.cogvideox.layout import VIDAX_INDEX, resolve_checkpoint
@@ -51,13 +50,10 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, dtype:
       FileExistsError: ``dst`` exists.
     """
     t0 = time.perf_counter()
-    dst = Path(dst)
-    if dst.exists():
+    if Path(dst).exists():
         raise FileExistsError(f"{dst} exists; choose a new output folder")
     ckpt = resolve_checkpoint(src)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
+    with assembled_folder(dst) as tmp:
         tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
         configs = {p: json.loads((ckpt.part(p) / "config.json").read_text())
                    for p in ("transformer", "vae", "text_encoder")}
@@ -83,9 +79,5 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, dtype:
             "bytes": sizes,
         }
         write_json(tmp / VIDAX_INDEX, summary)
-        tmp.rename(dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     summary["seconds"] = time.perf_counter() - t0
     return summary

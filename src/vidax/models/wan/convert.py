@@ -23,14 +23,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vidax.checkpoint.writer import write_component, write_json
+from vidax.checkpoint.writer import assembled_folder, write_component, write_json
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_config_dict, clip_specs
 from vidax.encoders.t5 import t5_specs
 from vidax.models.wan import vae as wan_vae
@@ -91,14 +90,11 @@ def convert_checkpoint(
       FileExistsError: ``dst`` exists.
     """
     t0 = time.perf_counter()
-    dst = Path(dst)
-    if dst.exists():
+    if Path(dst).exists():
         raise FileExistsError(f"{dst} exists; choose a new output folder")
     ckpt = resolve_checkpoint(src)
     maps = ckpt.maps
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
+    with assembled_folder(dst) as tmp:
         sizes = {}
         tcfg = ckpt.transformer_config()
         tconfig = _config_dict(tcfg, "WanTransformer3DModel")
@@ -152,9 +148,5 @@ def convert_checkpoint(
             "bytes": sizes,
         }
         write_json(tmp / VIDAX_INDEX, summary)
-        tmp.rename(dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     summary["seconds"] = time.perf_counter() - t0
     return summary

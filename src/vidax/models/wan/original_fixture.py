@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 from safetensors.numpy import save_file
 
-from vidax.checkpoint.writer import save_component, to_state_dict, write_json
+from vidax.checkpoint.writer import assembled_folder, save_component, to_state_dict, write_json
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_keymap_wan_original, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
 from vidax.models.wan import demo
@@ -284,9 +284,7 @@ def write_original_from_diffusers(src: str | os.PathLike, folder: str | os.PathL
         tcfg.text_dim, dim=tcfg.dim, num_heads=tcfg.num_attention_heads, ffn_dim=tcfg.ffn_dim, freq_dim=tcfg.freq_dim,
         in_dim=tcfg.in_channels, out_dim=tcfg.out_channels, num_layers=tcfg.num_layers, eps=tcfg.eps,
         model_type=model_type)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with assembled_folder(folder) as tmp:
         shutil.copytree(ckpt.tokenizer, tmp / ORIGINAL_TOKENIZER)
         save_component(tmp, ORIGINAL_TRANSFORMER,
                        to_state_dict(tparams, transformer_keymap_original(tcfg), transformer_specs(tcfg)), None)
@@ -304,10 +302,6 @@ def write_original_from_diffusers(src: str | os.PathLike, folder: str | os.PathL
             sd["textual.token_embedding.weight"] = np.zeros((4, d), np.float32)  # stand-in for the text tower
             sd["log_scale"] = np.array(np.log(1 / 0.07), np.float32)
             _torch_save(sd, tmp / ORIGINAL_CLIP, bf16=False)
-        tmp.rename(folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
 
 
