@@ -24,13 +24,11 @@ and generation path end to end; a real checkpoint works by changing only the fol
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from vidax.checkpoint.writer import save_component, write_json
+from vidax.checkpoint.writer import assembled_folder, save_component, write_json
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
@@ -147,9 +145,7 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "
     folder = Path(folder)
     if folder.exists():
         raise FileExistsError(f"{folder} exists; remove it to write a fresh demo checkpoint")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with assembled_folder(folder) as tmp:
         rng = np.random.default_rng(seed)
         vocab_size = Tokenizer.from_folder(write_demo_tokenizer(tmp / "tokenizer")).vocab_size
         ecfg_json = text_encoder_config(vocab_size, **(text_overrides or {}))
@@ -172,10 +168,6 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "
             f"vidax demo checkpoint: CogVideoX ({variant}) architecture at a tiny size with RANDOM weights.\n"
             "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
         )
-        tmp.rename(folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
 
 
