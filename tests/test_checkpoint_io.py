@@ -229,3 +229,24 @@ def test_loader_releases_each_mapped_tensor_after_converting_it(tmp_path):
         np.testing.assert_array_equal(out["blocks"]["fc"]["kernel"][i].view(np.uint16),
                                       want.T.astype(ml_dtypes.bfloat16).view(np.uint16))
         np.testing.assert_array_equal(reader.get(f"blocks.{i}.fc.weight"), want)  # the mapping is still valid
+
+
+def test_outputs_get_default_permissions_not_temp_file_ones(tmp_path):
+    """Videos, component files and assembled folders are written under temporary names (created 0600 / 0700)
+    and renamed: after the rename they have the permissions a plain open / mkdir gives (umask applied)."""
+    import os
+
+    from vidax.checkpoint.writer import assembled_folder
+    from vidax.video import write_video
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    video = write_video(np.zeros((3, 16, 16, 3), np.uint8), tmp_path / "v.mp4", fps=8)
+    assert video.stat().st_mode & 0o777 == 0o666 & ~umask
+    with assembled_folder(tmp_path / "out") as tmp:
+        (tmp / "x.txt").write_text("x")
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o777 & ~umask
+    from vidax.checkpoint.writer import save_component
+
+    save_component(tmp_path / "c", "w.safetensors", {"x": np.zeros(2, np.float32)}, None)
+    assert (tmp_path / "c" / "w.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask

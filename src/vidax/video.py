@@ -15,6 +15,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from vidax.core.files import publish
+
 
 def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf: int = 18) -> Path:
     """Write ``frames`` as an H.264 (yuv420p) mp4.
@@ -52,7 +54,7 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf:
                     container.mux(packet)
             for packet in stream.encode():
                 container.mux(packet)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

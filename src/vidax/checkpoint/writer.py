@@ -20,6 +20,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from vidax.checkpoint.keymap import KeyMap, from_layout
+from vidax.core.files import publish
 from vidax.core.params import SpecTree, flatten
 
 
@@ -60,7 +61,7 @@ def save_component(folder: str | os.PathLike, filename: str, tensors: dict[str, 
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata={"format": "pt"})
-        os.replace(tmp, folder / filename)
+        publish(tmp, folder / filename)
     finally:
         Path(tmp).unlink(missing_ok=True)
     if config is not None:
@@ -115,7 +116,7 @@ def write_safetensors_stream(
                 f.write(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
             if next(expected, None) is not None:
                 raise ValueError("write_safetensors_stream: fewer arrays than announced")
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
@@ -179,7 +180,7 @@ def assembled_folder(dst: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
     try:
         yield tmp
-        tmp.rename(dst)
+        publish(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
