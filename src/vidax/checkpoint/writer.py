@@ -132,6 +132,8 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
 
 #: Weights file of each component of a checkpoint translated by ``vidax convert`` (our names and layout).
 VIDAX_WEIGHTS = "params.safetensors"
+#: The index file of a checkpoint translated by ``vidax convert`` (format, family, parts, dtypes).
+VIDAX_INDEX = "vidax_index.json"
 
 
 def write_component(folder: str | os.PathLike, reader, keymap: KeyMap, specs: SpecTree, dtype, config: dict,

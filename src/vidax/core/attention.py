@@ -155,11 +155,13 @@ def query_chunks(sq: int, query_chunk_size: int) -> tuple[int, int]:
     """``(n, chunk)``: the fewest chunks of at most ``query_chunk_size`` rows, all the same length.
 
     The rows are split evenly (``chunk = ceil(sq / n)``, rounded up to a multiple of 8 for
-    vector-friendly tiles where that stays within ``query_chunk_size``) rather than into full chunks plus a padded last one: 1280 queries are
-    two chunks of 640, not two of 1024 with 768 padded rows computed and thrown away.
+    vector-friendly tiles where that stays within ``query_chunk_size``) rather than into full chunks
+    plus a padded last one: 1280 queries are two chunks of 640, not two of 1024 with 768 padded rows
+    computed and thrown away.
     """
     n = -(-sq // query_chunk_size)
-    chunk = min(query_chunk_size, -(-(-(-sq // n)) // 8) * 8)
+    even = -(-sq // n)
+    chunk = min(query_chunk_size, -(-even // 8) * 8)
     return -(-sq // chunk), chunk
 
 

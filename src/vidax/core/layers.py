@@ -119,6 +119,7 @@ def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0
             x = jnp.pad(x, ((0, 0), padding[0], (0, 0), (0, 0), (0, 0)))
         b, t = x.shape[:2]
         t_out = (t - kt) // st + 1
+
         def tap(i):
             frames = jax.lax.dynamic_slice_in_dim(x, i, st * (t_out - 1) + 1, axis=1)[:, ::st]
             return jax.lax.conv_general_dilated(frames.reshape(b * t_out, *x.shape[2:]), w[i], window_strides=strides[1:],

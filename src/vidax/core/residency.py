@@ -33,6 +33,13 @@ def keep_resident(residency: str) -> bool:
     return residency == "resident"
 
 
+def free(tree) -> None:
+    """Delete the device buffers of every ``jax.Array`` leaf of ``tree`` now (not at garbage collection)."""
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array):
+            leaf.delete()
+
+
 class OnDemand:
     """A parameter tree that is loaded when needed and, unless kept, freed after each use.
 
@@ -67,7 +74,5 @@ class OnDemand:
         """Free the tree's device buffers now, unless it is kept (call after the last use of a run)."""
         if self.keep or self._params is None:
             return
-        for leaf in jax.tree.leaves(self._params):
-            if isinstance(leaf, jax.Array):
-                leaf.delete()
+        free(self._params)
         self._params = None

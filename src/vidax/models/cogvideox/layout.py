@@ -28,7 +28,7 @@ from pathlib import Path
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, identity_keymap
-from vidax.checkpoint.writer import VIDAX_WEIGHTS
+from vidax.checkpoint.writer import VIDAX_INDEX, VIDAX_WEIGHTS
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 from vidax.models.cogvideox.keymap import transformer_keymap, vae_keymap
@@ -49,8 +49,6 @@ def _read_json(path: Path) -> dict:
 
 
 DIFFUSERS, VIDAX = "diffusers", "vidax"
-#: The index file of a checkpoint translated by ``vidax convert``.
-VIDAX_INDEX = "vidax_index.json"
 
 
 @dataclass(frozen=True)

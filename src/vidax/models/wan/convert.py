@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from vidax.checkpoint.writer import assembled_folder, write_component, write_json
-from vidax.encoders.clip import CLIPImageProcessorConfig, clip_config_dict, clip_specs
+from vidax.encoders.clip import clip_config_dict, clip_specs
 from vidax.encoders.t5 import t5_specs
 from vidax.models.wan import vae as wan_vae
-from vidax.models.wan.layout import VIDAX_INDEX, VIDAX_WEIGHTS, resolve_checkpoint
+from vidax.models.wan.demo import image_processor_config
+from vidax.models.wan.layout import VIDAX_INDEX, resolve_checkpoint
 from vidax.models.wan.pipeline import ORIGINAL_T2V_FLOW_SHIFT, WAN_UNIPC
 from vidax.models.wan.transformer import transformer_specs
 
@@ -43,16 +44,6 @@ def _config_dict(cfg: Any, class_name: str | None) -> dict:
     if class_name:
         d["_class_name"] = class_name
     return d
-
-
-def _clip_processor_config(size: int) -> dict:
-    """A ``preprocessor_config.json`` of transformers' ``CLIPImageProcessor`` (OpenAI CLIP settings) at ``size``."""
-    c = CLIPImageProcessorConfig(shortest_edge=size, crop_size=(size, size))
-    return {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": size},
-            "crop_size": {"height": size, "width": size}, "do_resize": c.do_resize, "do_center_crop": c.do_center_crop,
-            "do_rescale": c.do_rescale, "do_normalize": c.do_normalize, "do_convert_rgb": c.do_convert_rgb,
-            "rescale_factor": c.rescale_factor, "image_mean": list(c.image_mean), "image_std": list(c.image_std),
-            "resample": c.resample}
 
 
 def convert_checkpoint(
@@ -128,7 +119,7 @@ def convert_checkpoint(
             if ckpt.image_processor is not None:
                 shutil.copy(ckpt.image_processor / "preprocessor_config.json", tmp / "image_processor")
             else:  # the original release: CLIP's settings at the encoder's input size, as the pipeline uses
-                write_json(tmp / "image_processor" / "preprocessor_config.json", _clip_processor_config(ccfg.image_size))
+                write_json(tmp / "image_processor" / "preprocessor_config.json", image_processor_config(ccfg.image_size))
             parts += ["image_encoder", "image_processor"]
         shutil.copytree(ckpt.tokenizer, tmp / "tokenizer")
         pipeline = {k: v for k, v in ckpt.pipeline_config.items() if k != "_class_name"}

@@ -23,6 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from vidax.core.residency import free
+
 HIGH_NOISE, LOW_NOISE = 0, 1
 RESIDENCY = ("auto", "both", "active")
 
@@ -115,9 +117,7 @@ class ExpertSet:
             return self._params[index]
         t0 = time.perf_counter()
         for other in list(self._params):  # free first: device memory holds one expert at a time
-            for leaf in jax.tree.leaves(self._params.pop(other)):
-                if isinstance(leaf, jax.Array):
-                    leaf.delete()
+            free(self._params.pop(other))
         self._params[index] = params = self.loaders[index]()
         jax.block_until_ready(params)
         self.swaps += 1

@@ -46,7 +46,7 @@ from typing import Any
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, identity_keymap
-from vidax.checkpoint.writer import VIDAX_WEIGHTS
+from vidax.checkpoint.writer import VIDAX_INDEX, VIDAX_WEIGHTS
 from vidax.encoders.t5 import (
     T5Config,
     t5_config_from_wan_original_shapes,
@@ -62,9 +62,6 @@ from vidax.models.wan.transformer import transformer_specs
 DIFFUSERS = "diffusers"
 ORIGINAL = "original"
 VIDAX = "vidax"
-
-#: The index file of a checkpoint translated by ``vidax convert`` (our parameter names and layout).
-VIDAX_INDEX = "vidax_index.json"
 
 #: The parts (sub-folders) of a diffusers-layout Wan pipeline folder.
 DIFFUSERS_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
