@@ -243,19 +243,24 @@ class WanVidax:
         from vidax.models.wan.pipeline import WanPipeline
 
         self.pipe = WanPipeline.from_pretrained(self.folder, dtype=self.dtype)
-        jax.block_until_ready(self.pipe.transformer_params)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.offload and self.pipe.offload.chunks))
 
     @property
-    def params(self) -> dict:
-        # WanImageToVideoPipeline (Wan2.2 TI2V) keeps the transformer in its expert set.
+    def params(self) -> tuple:
+        """``(parameters outside the chunked blocks or all of them, the chunked blocks or None)``, as the
+        pipeline holds them (its default block loop: per-block weights on CPU)."""
+        from vidax.models.wan.pipeline_i2v import OffloadedExpert
+
         pipe = self.pipe
-        return pipe.transformer_params if pipe.transformer_params is not None else pipe.experts.get(0)
+        # WanImageToVideoPipeline (Wan2.2 TI2V) keeps the transformer in its expert set.
+        p = pipe.transformer_params if pipe.transformer_params is not None else pipe.experts.get(0)
+        return (p.resident, p.stack) if isinstance(p, OffloadedExpert) else (p, pipe.offload)
 
     def encode(self) -> None:
         import jax
 
         text = self.pipe.encode_prompt([PROMPT, NEGATIVE])
-        self.context = text.astype(self.params["patch_embedding"]["kernel"].dtype)
+        self.context = text.astype(self.params[0]["patch_embedding"]["kernel"].dtype)
         jax.block_until_ready(self.context)
 
     def prepare(self, latents) -> float:
@@ -267,12 +272,12 @@ class WanVidax:
         pipe = self.pipe
         cos, sin = (jnp.asarray(a) for a in rope_tables(pipe.transformer_cfg, latents.shape))
         b = latents.shape[0]
+        params, stack = self.params
         # The T2V step (per-sample AdaLN); for TI2V text-to-video it is the same computation as per-token timesteps.
-        self.args = (self.params, jnp.asarray(latents), jnp.full((b,), 999.0, jnp.float32), self.context,
+        self.args = (params, jnp.asarray(latents), jnp.full((b,), 999.0, jnp.float32), self.context,
                      cos, sin, jnp.float32(GUIDANCE))
         t0 = time.perf_counter()
-        self.compiled = pipe._step.lower(*self.args, cfg=pipe.transformer_cfg, attention_impl=pipe.attention,
-                                         guided=True).compile()
+        self.compiled = pipe.compile_step(*self.args, guided=True, stack=stack)
         return time.perf_counter() - t0
 
     def step(self) -> None:
@@ -1106,7 +1111,9 @@ def write_markdown(rec: dict, png: Path | None) -> None:
               "programs. RSS on the CPU backend includes the weights (device memory is host memory). Loading: diffusers maps "
               "the safetensors files and its tensors point into the mapping, so its load moves no weight bytes (the pages "
               "are faulted in at first use, inside the generation); vidax converts every tensor (layout and dtype) into "
-              "its own buffers at load. The step target is judged on the geometric mean over the token counts.",
+              "its own buffers at load. The step target is judged on the geometric mean over the token counts. "
+              + ("vidax's step runs its CPU default block loop: one compiled block program called once per block over "
+                 "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). " if cfg.family.startswith("wan") else ""),
               "", f"Contention: every measurement records the share of the machine's CPU that other processes used "
               f"meanwhile (machine-wide busy time from `/proc/stat` minus the measured process's own CPU time). Medians "
               f"and ranges are over the quiet measurements (others under {QUIET:.0%}) when there are at least 2, and the "

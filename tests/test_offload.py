@@ -123,12 +123,35 @@ def test_one_compilation_of_the_chunk_function(host_params, inputs, reference):
 
 
 class _FakeStack:
+    in_device_memory = False
+
     def __init__(self, n, events):
         self.num_chunks, self.events = n, events
 
     def fetch(self, i):
         self.events.append(f"fetch{i}")
         return i
+
+
+def test_stream_runs_chunks_in_device_memory_without_fetching():
+    """The host block loop: chunks already in device memory are run in order, never fetched."""
+    events = []
+
+    class Resident(_FakeStack):
+        in_device_memory = True
+
+        def __init__(self, n, events):
+            super().__init__(n, events)
+            self.chunks = list(range(n))
+
+    out = stream(Resident(3, events), lambda chunk, carry: events.append(f"run{chunk}") or carry + [chunk], [])
+    assert out == [0, 1, 2] and events == ["run0", "run1", "run2"]
+
+
+def test_chunk_plan_memory_is_host_or_device():
+    assert ChunkPlan(4, 2).memory == "host" and ChunkPlan(4, 1, "device").memory == "device"
+    with pytest.raises(ValueError, match="memory must be 'host' or 'device'"):
+        ChunkPlan(4, 1, "disk")
 
 
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])

@@ -251,13 +251,18 @@ def test_pipeline_frames_on_a_mesh_equal_single_device(demo_ckpt):
 
     kw = dict(height=32, width=32, num_frames=1, num_inference_steps=2, output_type="float", progress=False)
     single = WanPipeline.from_pretrained(demo_ckpt, dtype="float32")("a red panda", "blurry", **kw)
-    pipe = WanPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2)
+    pipe = WanPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2, block_loop="scan")
     kernel = pipe.transformer_params["blocks"]["attn1"]["to_q"]["kernel"]
     assert kernel.sharding.spec == P(None, None, "tensor") and len(kernel.sharding.device_set) == 8
     out = pipe("a red panda", "blurry", **kw)
     assert out.metrics["mesh"] == {"dp": 2, "tp": 2, "sp": 2} and out.metrics["sequence_parallel"] == "ulysses"
     assert _rel(out.latents, single.latents) < 1e-5
     assert _rel(out.frames, single.frames) < 1e-5
+    # The CPU default, the host block loop, on the same mesh: one-block chunks with the same shardings.
+    host = WanPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2)
+    chunk = host.offload.chunks[0]["attn1"]["to_q"]["kernel"]
+    assert host.block_loop == "host" and chunk.shape[0] == 1 and chunk.sharding.spec == P(None, None, "tensor")
+    assert _rel(host("a red panda", "blurry", **kw).latents, single.latents) < 1e-5
     assert np.abs(out.frames - single.frames).max() < 1e-4
 
 

@@ -318,11 +318,13 @@ def test_only_the_active_expert_is_resident(a14b, a14b_both):
     kw = dict(height=32, width=48, num_frames=1, num_inference_steps=4, output_type="float", progress=False)
     both = a14b_both
     assert both.experts.residency == "both" and both.experts.resident() == [0, 1]
-    active = WanImageToVideoPipeline.from_pretrained(a14b, dtype="float32", expert_residency="active")
+    active = WanImageToVideoPipeline.from_pretrained(a14b, dtype="float32", expert_residency="active", block_loop="scan")
     assert active.experts.resident() == [0]
     out = active(PROMPT, **kw)
     assert active.experts.resident() == [1] and out.metrics["expert_swaps"] == 1
     np.testing.assert_allclose(out.frames, both(PROMPT, **kw).frames, atol=1e-6)
+    with pytest.raises(ValueError, match="pass block_loop='scan' with it"):  # the host loop keeps both experts
+        WanImageToVideoPipeline.from_pretrained(a14b, dtype="float32", expert_residency="active", block_loop="host")
 
 
 def test_presets_cover_every_wan_row_of_the_paper_table():

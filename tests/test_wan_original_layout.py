@@ -63,7 +63,7 @@ def _inputs(cfg, seed=0):
 def _ours_transformer(pipe, latents, t, context):
     cfg = pipe.transformer_cfg
     cos, sin = rope_tables(cfg, latents.shape)
-    return np.asarray(forward(pipe.transformer_params, jnp.asarray(latents), jnp.asarray(t), jnp.asarray(context),
+    return np.asarray(forward(pipe.transformer_tree(), jnp.asarray(latents), jnp.asarray(t), jnp.asarray(context),
                               cos, sin, cfg=cfg))
 
 
@@ -76,8 +76,9 @@ def test_both_layouts_load_identical_parameters(pipes):
     assert orig.transformer_cfg == diff.transformer_cfg
     assert orig.vae_cfg == diff.vae_cfg
     assert orig.text_cfg == diff.text_cfg
-    for name in ("transformer_params", "vae_params", "text_params"):
-        a, b = dict(flatten(getattr(orig, name))), dict(flatten(getattr(diff, name)))
+    for name, a, b in (("transformer", orig.transformer_tree(), diff.transformer_tree()),
+                       ("vae", orig.vae_params, diff.vae_params), ("text encoder", orig.text_params, diff.text_params)):
+        a, b = dict(flatten(a)), dict(flatten(b))
         assert a.keys() == b.keys()
         for k in a:
             assert a[k].dtype == b[k].dtype and np.array_equal(np.asarray(a[k]), np.asarray(b[k])), (name, k)

@@ -65,12 +65,15 @@ def test_frames_match_diffusers_after_4_steps(ours, reference, sampler):
     assert ref.std() > 0.01
 
 
-def test_step_compiles_once_per_run(ckpt):
-    pipe = WanPipeline.from_pretrained(ckpt, dtype="float32")
+@pytest.mark.parametrize("block_loop, program", [("scan", "_cfg_step"), ("host", "_offload_chunk")])
+def test_step_compiles_once_per_run(ckpt, block_loop, program):
+    """The step's block program compiles once per run: the whole step under scan, or the one block
+    program that the host block loop calls for every block."""
+    pipe = WanPipeline.from_pretrained(ckpt, dtype="float32", block_loop=block_loop)
     compiled = []
 
     def listener(event, duration, **kw):
-        if event == "/jax/core/compile/backend_compile_duration" and "_cfg_step" in kw.get("fun_name", ""):
+        if event == "/jax/core/compile/backend_compile_duration" and program in kw.get("fun_name", ""):
             compiled.append(kw["fun_name"])
 
     jax.clear_caches()  # compiled steps are shared process-wide: start cold so the count is this run's
@@ -80,8 +83,31 @@ def test_step_compiles_once_per_run(ckpt):
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert len(compiled) == 1
+    assert out.metrics["block_loop"] == block_loop
     assert out.frames.dtype == np.uint8 and out.frames.shape == (1, 5, 32, 32, 3)
     assert {"compile_s", "step_s", "vae_decode_s", "text_encoder_s", "peak_host_rss_bytes"} <= set(out.metrics)
+
+
+def test_host_block_loop_is_the_cpu_default_and_equals_scan(ckpt, ours):
+    """On CPU the blocks run as one block program per block over per-block weights in device memory
+    (``block_loop="auto"`` -> ``"host"``); the latents equal the scanned step's."""
+    assert ours.block_loop == "host"
+    n = ours.transformer_cfg.num_layers
+    assert "blocks" not in ours.transformer_params and ours.offload.num_chunks == n
+    for leaf in jax.tree.leaves(ours.offload.chunks):
+        assert leaf.shape[0] == 1 and leaf.sharding.memory_kind == "device"
+    scan = WanPipeline.from_pretrained(ckpt, dtype="float32", block_loop="scan")
+    assert scan.block_loop == "scan" and scan.offload is None
+    assert scan.transformer_params["blocks"]["ffn"]["up"]["kernel"].shape[0] == n
+    kw = dict(height=32, width=48, num_frames=5, num_inference_steps=3, latents=_latents()[:, :, :2, :4, :6],
+              progress=False, output_type="float")
+    a, b = ours(PROMPT, NEGATIVE, **kw), scan(PROMPT, NEGATIVE, **kw)
+    assert a.metrics["block_loop"] == "host" and b.metrics["block_loop"] == "scan" and "offload" not in a.metrics
+    rel = np.abs(a.latents - b.latents).max() / np.abs(b.latents).max()
+    assert rel < 1e-6, rel
+    assert np.abs(b.latents - kw["latents"]).max() > 0.1  # the steps moved the latents
+    with pytest.raises(ValueError, match="block_loop must be 'auto', 'scan' or 'host'"):
+        WanPipeline.from_pretrained(ckpt, block_loop="unrolled")
 
 
 def test_seeded_noise_is_reproducible(ours):

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep the transformer blocks in host memory and stream them to the devices N at a time")
     g.add_argument("--offload-serial", action="store_true",
                    help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's mode)")
+    g.add_argument("--block-loop", choices=["auto", "scan", "host"], default="auto",
+                   help="Wan: run the transformer blocks under one scan (scan) or as one block program called per "
+                        "block from the host (host); auto: host on CPU, scan on accelerators")
     g.add_argument("--text-encoder-residency", choices=["auto", "resident", "free"], default="auto",
                    help="free the float32 text encoder after encoding (auto: on accelerators, not on CPU)")
     g.add_argument("--auto-split", action="store_true",
@@ -224,7 +227,7 @@ def generate(args) -> int:
     pipe = WanPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
                                        text_encoder_residency=args.text_encoder_residency,
                                        dp=args.dp, tp=args.tp, sp=args.sp, offload_chunk=args.offload_chunk,
-                                       offload_overlap=not args.offload_serial)
+                                       offload_overlap=not args.offload_serial, block_loop=args.block_loop)
     result = pipe(
         args.prompt, s["negative_prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
         num_inference_steps=s["steps"], guidance_scale=s["guidance_scale"], flow_shift=s["flow_shift"],
@@ -289,7 +292,7 @@ def generate_general(args) -> int:
                                                    text_encoder_residency=args.text_encoder_residency,
                                                    dp=args.dp, tp=args.tp, sp=args.sp,
                                                    offload_chunk=args.offload_chunk,
-                                                   offload_overlap=not args.offload_serial)
+                                                   offload_overlap=not args.offload_serial, block_loop=args.block_loop)
     if pipe.boundary_ratio is None:
         g2 = None
     result = pipe(

@@ -362,7 +362,7 @@ def load_params(
             target = _target_dtype(reader, entries, spec, dtype)
             sharding = shardings(path, spec) if (place and shardings is not None) else None
             if isinstance(sharding, LayerChunks):
-                if entries[0][2] is None:
+                if entries[0][2] is None and (not spec.axes or spec.axes[0] != "layers"):
                     raise ValueError(f"{path}: LayerChunks placement needs a stacked parameter (a leading layers axis)")
                 out[path] = _place_chunks(pool, reader, entries, spec.shape, target, sharding,
                                           _use_shards(by_shards, sharding.sharding))
@@ -443,12 +443,21 @@ def _read_region(pool, reader, entries, shape, target, bounds, layer_offset: int
     """The region ``bounds`` of a parameter of ``shape`` (our layout, ``target`` dtype), read from its entries.
 
     For a stacked parameter the first bound selects layers (``+ layer_offset``: the chunk's first
-    layer); layers without an entry (the padding of a last chunk) are zeros.
+    layer), from per-layer checkpoint tensors or from one stacked tensor (vidax's own layout); layers
+    without an entry (the padding of a last chunk) are zeros.
     """
     out = aligned_empty(tuple(b - a for a, b in bounds), target)
     if entries[0][2] is None:
         key, layout, _ = entries[0]
-        convert_all(pool, [_region_job(reader, key, layout, bounds, out)])
+        if layout != "none" or not layer_offset and bounds[0][1] <= reader.shape(key)[0]:
+            convert_all(pool, [_region_job(reader, key, layout, bounds, out)])
+            return out
+        # A chunk of a stack stored as one tensor (vidax's own layout): its layers, zeros past the last.
+        lo, hi = bounds[0][0] + layer_offset, min(bounds[0][1] + layer_offset, reader.shape(key)[0])
+        n = max(0, hi - lo)
+        if n:
+            convert_all(pool, [_region_job(reader, key, layout, ((lo, hi), *bounds[1:]), out[:n])])
+        out[n:] = 0
         return out
     by_layer = {index: (key, layout) for key, layout, index in entries}
     lo, hi = bounds[0]

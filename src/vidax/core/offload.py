@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
@@ -84,16 +85,22 @@ class ChunkPlan:
     Attributes:
       num_layers: layers of the stack (>= 1).
       chunk: layers per chunk, ``1 <= chunk <= num_layers``.
+      memory: where the chunks live: ``"host"`` (offloading: a host memory kind, copied to the
+        device every step) or ``"device"`` (resident in device memory; the block loop runs on the
+        host over them with nothing to copy, see :func:`stream` and docs/design.md, "Block loop").
 
     Raises (at construction):
       ValueError: a chunk size outside ``[1, num_layers]`` (the message lists the sizes that
-        divide the layer count, which need no padding).
+        divide the layer count, which need no padding); an unknown ``memory``.
     """
 
     num_layers: int
     chunk: int
+    memory: str = "host"
 
     def __post_init__(self):
+        if self.memory not in ("host", "device"):
+            raise ValueError(f"ChunkPlan.memory must be 'host' or 'device', got {self.memory!r}")
         if not (isinstance(self.chunk, (int, np.integer)) and 1 <= self.chunk <= self.num_layers):
             divs = [d for d in range(1, self.num_layers + 1) if self.num_layers % d == 0]
             raise ValueError(f"offload chunk must be an integer between 1 and the {self.num_layers} layers, got "
@@ -132,7 +139,8 @@ class OffloadedStack:
     _abstract: Any = field(default=None, repr=False)
 
     @classmethod
-    def from_chunk_leaves(cls, leaves: dict, device_shardings: dict, num_layers: int) -> OffloadedStack:
+    def from_chunk_leaves(cls, leaves: dict, device_shardings: dict, num_layers: int,
+                          memory: str = "host") -> OffloadedStack:
         """Build from a loaded tree whose leaves are tuples of chunk arrays.
 
         Args:
@@ -141,6 +149,7 @@ class OffloadedStack:
             :class:`~vidax.checkpoint.loader.LayerChunks` placement.
           device_shardings: nested dict of the leaves' device shardings.
           num_layers: the unpadded layer count.
+          memory: where the chunks were placed (:attr:`ChunkPlan.memory`).
 
         Raises:
           ValueError: leaves with different chunk counts or chunk sizes.
@@ -151,7 +160,7 @@ class OffloadedStack:
         if len(counts) != 1 or len(sizes) != 1:
             raise ValueError(f"chunked leaves disagree: chunk counts {counts}, chunk sizes {sizes}")
         n = counts.pop()
-        plan = ChunkPlan(num_layers, sizes.pop())
+        plan = ChunkPlan(num_layers, sizes.pop(), memory)
         if plan.num_chunks != n:
             raise ValueError(f"{n} chunks of {plan.chunk} layers do not cover {num_layers} layers")
         chunks = [unflatten({p: v[i] for p, v in flat.items()}) for i in range(n)]
@@ -172,7 +181,8 @@ class OffloadedStack:
           chunk: layers per chunk.
           device_shardings: per-leaf device shardings; default each leaf's own sharding (a jax
             Array), else the first local device.
-          memory_kind: host memory kind, "auto" (:func:`host_memory_kind`), or None (NumPy chunks).
+          memory_kind: host memory kind, "auto" (:func:`host_memory_kind`), or None (NumPy chunks);
+            ``"device"``: the chunks stay in device memory (the host block loop).
 
         Raises:
           ValueError: see :class:`ChunkPlan`; leaves with different layer counts.
@@ -181,7 +191,7 @@ class OffloadedStack:
         layers = {a.shape[0] for a in flat.values()}
         if len(layers) != 1:
             raise ValueError(f"stacked leaves have different layer counts: {sorted(layers)}")
-        plan = ChunkPlan(layers.pop(), chunk)
+        plan = ChunkPlan(layers.pop(), chunk, "device" if memory_kind == "device" else "host")
         if device_shardings is None:
             device_shardings = unflatten({p: device_sharding(getattr(a, "sharding", None)) for p, a in flat.items()})
         dev = dict(flatten(device_shardings))
@@ -201,6 +211,16 @@ class OffloadedStack:
     @property
     def num_chunks(self) -> int:
         return self.plan.num_chunks
+
+    @property
+    def in_device_memory(self) -> bool:
+        """Whether the chunks already live in device memory (the host block loop; nothing to fetch)."""
+        return self.plan.memory == "device"
+
+    def stacked(self) -> dict:
+        """The blocks as one stacked tree, each leaf ``(num_layers, ...)`` in device memory (a copy: tools, tests)."""
+        chunks = [self.chunks[i] if self.in_device_memory else self.fetch(i) for i in range(self.num_chunks)]
+        return jax.tree.map(lambda *c: jnp.concatenate(c)[: self.plan.num_layers], *chunks)
 
     def fetch(self, i: int) -> dict:
         """Start copying chunk ``i`` to device memory; returns at once (``jax.device_put`` is asynchronous)."""
@@ -243,9 +263,17 @@ def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: 
         appended (only measured with ``overlap=False``, where the phases are separate).
 
     Returns:
-      the carry after the last chunk (not waited for with ``overlap=True``).
+      the carry after the last chunk (not waited for with ``overlap=True``, nor for chunks already
+      in device memory).
+
+    Chunks already in device memory (:attr:`OffloadedStack.in_device_memory`) are not fetched:
+    every ``run_chunk`` is dispatched at once, without waiting, as the calls of one program.
     """
     n = stack.num_chunks
+    if stack.in_device_memory:
+        for chunk in stack.chunks:
+            carry = run_chunk(chunk, carry)
+        return carry
     if not overlap:
         import time
 

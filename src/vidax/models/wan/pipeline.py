@@ -155,7 +155,8 @@ class WanPipeline:
         # One jitted step per pipeline, so its compilation count is observable (tests) and per run.
         self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
-        # Offloading: transformer_params then holds only the resident (non-block) parameters.
+        # Chunked blocks (offloading, or the host block loop): transformer_params then holds only the
+        # parameters outside the blocks, and offload the blocks (vidax.core.offload.OffloadedStack).
         self.offload = offload
         self.offload_overlap = offload_overlap
         self.load_stats: dict[str, Any] = {}
@@ -181,6 +182,7 @@ class WanPipeline:
         offload_chunk: int | None = None,
         offload_overlap: bool = True,
         text_encoder_residency: str = "auto",
+        block_loop: str = "auto",
     ) -> WanPipeline:
         """Load a Wan2.1 T2V folder in either layout, detected by :func:`vidax.models.wan.layout.resolve_checkpoint`.
 
@@ -212,6 +214,13 @@ class WanPipeline:
             loaded again (memory-mapped, already checked) when another prompt comes (paper fault 2);
             ``"resident"``: kept; ``"auto"``: freed on accelerators, kept on the CPU backend
             (:func:`vidax.core.residency.keep_resident`).
+          block_loop: how a step runs the resident blocks: ``"scan"``, one program with the blocks under
+            ``lax.scan`` over the stacked weights; ``"host"``, one compiled block program called once per
+            block from the host, over per-block weights in device memory; ``"auto"``: ``"host"`` on the CPU
+            backend (XLA:CPU copies each block's weights out of the stacked array inside ``scan``: the
+            1.3B-width step at 128 tokens 0.36 -> 0.30 s, docs/design.md "Block loop"), ``"scan"`` elsewhere.
+            Both compile the block once and compute the same values. With ``offload_chunk`` the blocks
+            stream from host memory instead, and this is not used.
 
         Raises:
           CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
@@ -219,7 +228,8 @@ class WanPipeline:
             (all mismatches listed at once).
           ValueError: an unsupported configuration (e.g. an image-to-video model); a mesh that
             does not cover the devices, a tp that does not divide the head count (valid sizes
-            listed), or an offload chunk outside ``[1, num_layers]``, raised before any weight is read.
+            listed), an offload chunk outside ``[1, num_layers]``, or an unknown ``block_loop``, raised
+            before any weight is read.
 
         Checkpoints this class does not run (image-conditioned, two experts, the Wan2.2 VAE) load as
         :class:`vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline`, a subclass with the same call.
@@ -239,7 +249,7 @@ class WanPipeline:
         if dp * tp * sp > 1 or devices is not None:
             mesh = make_mesh(dp, tp, sp, devices=devices)
             check_parallel(tcfg, mesh, WAN_RULES)
-        plan = None if offload_chunk is None else ChunkPlan(tcfg.num_layers, offload_chunk)
+        plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         treader = CountingReader(ckpt.transformer_reader())
         tparams, offload = load_transformer(treader, maps.transformer_keymap(tcfg), tcfg, dtype,
                                             source=str(ckpt.transformer_weights), mesh=mesh, plan=plan)
@@ -389,11 +399,8 @@ class WanPipeline:
         with _mesh_context(self.mesh):
             t0 = time.perf_counter()
             t = self._to_mesh(np.zeros((b,), np.float32))[0]
-            if self.offload is None:
-                compiled = self._step.lower(self.transformer_params, x, t, context, cos, sin, g, **step_args).compile()
-            else:
-                compiled = self._compile_offloaded(x, t, context, cos, sin, g, guided)
-                metrics["offload"] = self._offload_metrics()
+            compiled = self.compile_step(self.transformer_params, x, t, context, cos, sin, g, guided=guided)
+            metrics.update(self._block_metrics())
             metrics["compile_s"] = time.perf_counter() - t0
 
             step_times = []
@@ -421,18 +428,30 @@ class WanPipeline:
         """How many times the transformer step has been compiled by this pipeline."""
         return self._step._cache_size()
 
-    def _compile_offloaded(self, x, t, context, cos, sin, g, guided: bool):
-        """Compile the offloaded step ahead of time (:func:`compile_offloaded_step`).
+    def compile_step(self, params, x, t, context, cos, sin, g, *, guided: bool = True, stack: OffloadedStack | None = None):
+        """Compile the text-to-video transformer step (both CFG halves when ``guided``) for these inputs.
+
+        Args:
+          params: the transformer parameters (without ``"blocks"`` when the blocks are chunked:
+            offloading or the host block loop).
+          x, t, context, cos, sin, g: the step's inputs (placed as :meth:`__call__` places them).
+          guided: classifier-free guidance (batch of both halves).
+          stack: the chunked blocks; default this pipeline's (:attr:`offload`).
 
         Returns:
-          ``step(resident_params, x, t, context, cos, sin, g) -> noise_pred``, the same contract
-          as the compiled resident step; inside, the chunks stream from host memory
-          (:func:`vidax.models.wan.offload.run_stack`).
+          ``step(params, x, t, context, cos, sin, g) -> noise_pred``: the compiled resident step (blocks
+          under ``scan``), or the prologue, the block loop over the chunks (streamed from host memory
+          when offloaded) and the epilogue (:func:`compile_offloaded_step`), with the same contract.
         """
+        stack = self.offload if stack is None else stack
+        if stack is None:
+            return self._step.lower(params, x, t, context, cos, sin, g, cfg=self.transformer_cfg,
+                                    attention_impl=self.attention, guided=guided, mesh=self.mesh,
+                                    rules=self.rules).compile()
         pro_c, chunk_c, epi_c = compile_offloaded_step(
-            self.transformer_params, self.offload.abstract_chunk(), x, t, context, cos, sin, g, cfg=self.transformer_cfg,
+            params, stack.abstract_chunk(), x, t, context, cos, sin, g, cfg=self.transformer_cfg,
             attention=self.attention, guided=guided, mesh=self.mesh, rules=self.rules)
-        stack, overlap = self.offload, self.offload_overlap
+        overlap = self.offload_overlap
 
         def step(params, x, t, context, cos, sin, g):
             h, temb, temb6, ctx, cos_p, sin_p = pro_c(params, x, t, context, cos, sin)
@@ -441,12 +460,41 @@ class WanPipeline:
 
         return step
 
-    def _offload_metrics(self) -> dict:
+    def transformer_tree(self, expert: int | None = None) -> dict:
+        """The transformer's whole parameter tree as :func:`~vidax.models.wan.transformer.transformer_specs`
+        declares it: the blocks stacked ``(num_layers, ...)`` whatever the block loop (a device copy when they
+        are chunked). For tools and tests; :meth:`__call__` uses the parameters as placed.
+
+        Args:
+          expert: for a two-expert pipeline (:class:`~vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline`),
+            which expert (0: high noise, 1: low noise); default the pipeline's own transformer.
+        """
+        from vidax.models.wan.pipeline_i2v import OffloadedExpert
+
+        if expert is None and self.transformer_params is not None:
+            params, stack = self.transformer_params, self.offload
+        else:
+            p = self.experts.get(expert or 0)
+            params, stack = (p.resident, p.stack) if isinstance(p, OffloadedExpert) else (p, None)
+        return params if stack is None else {**params, "blocks": stack.stacked()}
+
+    @property
+    def block_loop(self) -> str:
+        """``"scan"``, ``"host"`` (per-block weights in device memory) or ``"offload"`` (chunks streamed from host memory)."""
+        if self.offload is None:
+            return "scan"
+        return "host" if self.offload.in_device_memory else "offload"
+
+    def _block_metrics(self) -> dict:
+        out = {"block_loop": self.block_loop}
         stack = self.offload
+        if stack is None or stack.in_device_memory:
+            return out
         leaf = jax.tree.leaves(stack.chunks[0])[0]
-        return {"chunk": stack.plan.chunk, "chunks": stack.num_chunks, "padded_layers": stack.plan.padded_layers,
-                "overlap": self.offload_overlap, "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
-                "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy"}
+        out["offload"] = {"chunk": stack.plan.chunk, "chunks": stack.num_chunks, "padded_layers": stack.plan.padded_layers,
+                          "overlap": self.offload_overlap, "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
+                          "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy"}
+        return out
 
     def _to_mesh(self, *arrays):
         """Step inputs onto the mesh: ``context`` (2B, ...) split over ``data`` where dp divides it
@@ -477,6 +525,25 @@ class WanPipeline:
         return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
 
 
+def block_plan(num_layers: int, offload_chunk: int | None, block_loop: str = "auto") -> ChunkPlan | None:
+    """How the transformer's blocks are placed (``from_pretrained``'s ``offload_chunk`` and ``block_loop``).
+
+    Returns:
+      a host-memory :class:`~vidax.core.offload.ChunkPlan` of ``offload_chunk`` blocks (offloading); one
+      block per chunk in device memory for the host block loop; None for stacked blocks under ``scan``.
+
+    Raises:
+      ValueError: an unknown ``block_loop``; see :class:`~vidax.core.offload.ChunkPlan`.
+    """
+    if block_loop not in ("auto", "scan", "host"):
+        raise ValueError(f"block_loop must be 'auto', 'scan' or 'host', got {block_loop!r}")
+    if offload_chunk is not None:
+        return ChunkPlan(num_layers, offload_chunk)
+    if block_loop == "host" or (block_loop == "auto" and jax.default_backend() == "cpu"):
+        return ChunkPlan(num_layers, 1, memory="device")
+    return None
+
+
 def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan: ChunkPlan | None = None):
     """Load a Wan transformer, placed once: resident on its mesh, or with its blocks in host memory.
 
@@ -486,7 +553,8 @@ def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan
       source: the checkpoint's name for error messages.
       mesh: the transformer's mesh (None: one device).
       plan: with offloading, the :class:`~vidax.core.offload.ChunkPlan`: the blocks are loaded straight into
-        host memory as chunks (``pinned_host`` where the backend has it), with the resident shardings.
+        host memory as chunks (``pinned_host`` where the backend has it), with the resident shardings;
+        with ``plan.memory == "device"`` (the host block loop), into device memory as chunks.
 
     Returns:
       ``(params, None)``, or with ``plan`` ``(resident params without "blocks", OffloadedStack)``.
@@ -501,7 +569,7 @@ def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan
         return params, None
     device = (WAN_RULES.param_shardings(specs, mesh) if mesh is not None
               else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
-    return params, OffloadedStack.from_chunk_leaves(params.pop("blocks"), device, cfg.num_layers)
+    return params, OffloadedStack.from_chunk_leaves(params.pop("blocks"), device, cfg.num_layers, plan.memory)
 
 
 def _transformer_placement(cfg, mesh, plan: ChunkPlan | None):
@@ -510,7 +578,8 @@ def _transformer_placement(cfg, mesh, plan: ChunkPlan | None):
     resident = None if mesh is None else WAN_RULES.sharding_fn(mesh)
     if plan is None:
         return resident
-    host = wan_offload.host_block_shardings(cfg, mesh, WAN_RULES, host_memory_kind())
+    host = wan_offload.host_block_shardings(cfg, mesh, WAN_RULES,
+                                            "device" if plan.memory == "device" else host_memory_kind())
 
     def placement(path, spec):
         if path.startswith("blocks/"):

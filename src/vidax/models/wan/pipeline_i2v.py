@@ -58,8 +58,8 @@ from vidax.models.wan import offload as wan_offload
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
-from vidax.models.wan.pipeline import (WanOutput, WanPipeline, _first_device, _mesh_context, _replicated, compile_offloaded,
-                                       load_transformer)
+from vidax.models.wan.pipeline import (WanOutput, WanPipeline, _first_device, _mesh_context, _replicated, block_plan,
+                                       compile_offloaded, load_transformer)
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, forward_prologue, rope_tables, transformer_specs
 from vidax.video import frames_from_video, peak_memory_metrics
@@ -235,11 +235,12 @@ def _video_prologue(params, latents, condition, mask, timestep, context, image_c
 
 @dataclass
 class OffloadedExpert:
-    """A transformer with its blocks in host memory: the resident parameters and the block chunks.
+    """A transformer with chunked blocks: the resident parameters and the block chunks.
 
     Attributes:
       resident: the parameters outside ``"blocks"`` (device memory).
-      stack: the blocks (:class:`vidax.core.offload.OffloadedStack`), streamed every step.
+      stack: the blocks (:class:`vidax.core.offload.OffloadedStack`): streamed from host memory every
+        step (offloading), or one block per chunk in device memory (the host block loop).
     """
 
     resident: dict
@@ -333,7 +334,8 @@ class WanImageToVideoPipeline(WanPipeline):
 
         Raises:
           CheckpointError: a missing or mismatched part (named); experts of different architectures.
-          ValueError: an unknown residency; see :meth:`WanPipeline.from_pretrained`.
+          ValueError: an unknown residency, or "active" with the host block loop; see
+            :meth:`WanPipeline.from_pretrained`.
 
         With weight offloading (``offload_chunk``, :mod:`vidax.core.offload`) every expert's blocks are
         loaded straight into host memory as chunks and streamed each step; only their resident
@@ -346,6 +348,11 @@ class WanImageToVideoPipeline(WanPipeline):
         if tcfg2 is not None and tcfg2 != ckpt.transformer_config():
             raise CheckpointError(f"{ckpt.folder}: transformer/ and transformer_2/ have different configurations; "
                                   "the two experts of a Wan2.2 A14B checkpoint share one architecture")
+        planned = block_plan(ckpt.transformer_config().num_layers, kwargs.get("offload_chunk"),
+                             kwargs.get("block_loop", "auto"))
+        if planned is not None and planned.memory == "device" and expert_residency == "active":
+            raise ValueError("expert_residency='active' swaps whole stacked experts: pass block_loop='scan' with it "
+                             "(the host block loop, the CPU default, keeps both experts' blocks resident)")
         t0 = time.perf_counter()
         pipe = super().from_pretrained(folder, dtype=dtype, **kwargs)
         tcfg, mesh = pipe.transformer_cfg, pipe.mesh
@@ -649,7 +656,7 @@ class WanImageToVideoPipeline(WanPipeline):
             else:
                 compiled = self._compile_offloaded_video(x, condition, mask, t_arg, context, image_context, cos, sin,
                                                          scales[0], guided=guided, mode=mode)
-                metrics["offload"] = self._offload_metrics()
+            metrics.update(self._block_metrics())
             metrics["compile_s"] = time.perf_counter() - t0
 
             step_times, experts_used = [], []
