@@ -340,10 +340,19 @@ class WanDiffusers:
     PIPELINE, TRANSFORMER = "WanPipeline", "WanTransformer3DModel"  # diffusers classes
 
     def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
-        import diffusers  # noqa: F401  (imports are not load time)
+        import importlib
+
+        import diffusers
         import torch
         import transformers  # noqa: F401
 
+        # Imports are not load time: diffusers and transformers import their classes lazily, on first
+        # attribute access, so resolve every class the folder's model_index.json names (and ours) now.
+        getattr(diffusers, self.PIPELINE), getattr(diffusers, self.TRANSFORMER)
+        index = json.loads((folder / "model_index.json").read_text())
+        for value in index.values():
+            if isinstance(value, list) and len(value) == 2 and value[0] in ("diffusers", "transformers"):
+                getattr(importlib.import_module(value[0]), value[1])
         torch.zeros(1)
         self.torch = torch
         self.folder = folder

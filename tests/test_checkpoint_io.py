@@ -208,10 +208,16 @@ def _mapped_rss_kib(path) -> int:
     return total
 
 
-def test_loader_releases_each_mapped_tensor_after_converting_it(tmp_path):
+@pytest.mark.parametrize("placement", ["whole", "chunks", "stacked-file-chunks"])
+def test_loader_releases_each_mapped_tensor_after_converting_it(tmp_path, placement):
     """After loading, none of the checkpoint file's pages stay resident in this process: each
-    tensor's pages are dropped (MADV_DONTNEED) once converted, and re-reading still works."""
+    tensor's pages are dropped (MADV_DONTNEED) once converted, and re-reading still works. Also for
+    a stack placed as layer chunks (offloading, the host block loop), from per-layer tensors or from
+    one stacked tensor (vidax's own layout)."""
     from safetensors.numpy import save_file
+
+    from vidax.checkpoint.keymap import Rule
+    from vidax.checkpoint.loader import LayerChunks
 
     rng = np.random.default_rng(0)
     sd = {f"blocks.{i}.fc.weight": rng.standard_normal((512, 1024)).astype(np.float32) for i in range(4)}
@@ -219,16 +225,25 @@ def test_loader_releases_each_mapped_tensor_after_converting_it(tmp_path):
     save_file(sd, str(path))
     km = KeyMap(linear("blocks.{i}.fc", "blocks/fc", bias=False))
     specs = {"blocks": {"fc": {"kernel": ParamSpec((4, 1024, 512), axes=("layers", None, None))}}}
+    stacked = np.ascontiguousarray(np.stack([sd[f"blocks.{i}.fc.weight"].T for i in range(4)]))  # our layout
+    want = stacked.astype(ml_dtypes.bfloat16)
+    if placement == "stacked-file-chunks":
+        save_file({"blocks.fc.kernel": stacked}, str(path))  # (safetensors.numpy writes raw buffers: contiguous)
+        km = KeyMap([Rule("blocks.fc.kernel", "blocks/fc/kernel", "none")])
     reader = CheckpointReader(path)
-    reader.get("blocks.0.fc.weight").sum()  # touch one tensor: its 2 MiB are resident now
+    first = "blocks.fc.kernel" if placement == "stacked-file-chunks" else "blocks.0.fc.weight"
+    reader.get(first).sum()  # touch a tensor: its pages are resident now
     assert _mapped_rss_kib(path) >= 2048
-    out = load_params(reader, km, specs, ml_dtypes.bfloat16, place=False, workers=2)
+    shardings = None if placement == "whole" else (lambda path, spec: LayerChunks(None, 3))
+    out = load_params(reader, km, specs, ml_dtypes.bfloat16, place=placement != "whole", workers=2, shardings=shardings)
     assert _mapped_rss_kib(path) < 64, "converted tensors' file pages are still resident"
-    for i in range(4):
-        want = sd[f"blocks.{i}.fc.weight"]
-        np.testing.assert_array_equal(out["blocks"]["fc"]["kernel"][i].view(np.uint16),
-                                      want.T.astype(ml_dtypes.bfloat16).view(np.uint16))
-        np.testing.assert_array_equal(reader.get(f"blocks.{i}.fc.weight"), want)  # the mapping is still valid
+    got = out["blocks"]["fc"]["kernel"]
+    if placement != "whole":  # two chunks of 3 layers: the last one zero-padded
+        assert [c.shape for c in got] == [(3, 1024, 512)] * 2 and not np.asarray(got[1][1:]).view(np.uint16).any()
+        got = np.concatenate(got)[:4]
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(reader.get(first), stacked if placement == "stacked-file-chunks"
+                                  else sd["blocks.0.fc.weight"])  # the mapping is still valid
 
 
 def test_outputs_get_default_permissions_not_temp_file_ones(tmp_path):

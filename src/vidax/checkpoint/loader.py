@@ -436,7 +436,8 @@ def _region_job(reader, key: str, layout: str, bounds, out: np.ndarray) -> tuple
     Only that region of the tensor is read.
     """
     src = _read(reader, key, checkpoint_index(layout, tuple(slice(a, b) for a, b in bounds)))
-    return np.asarray(src), layout, out
+    # An np.memmap slice stays one (np.asarray would drop the mapping that release_pages needs).
+    return (src if isinstance(src, np.ndarray) else np.asarray(src)), layout, out
 
 
 def _read_region(pool, reader, entries, shape, target, bounds, layer_offset: int = 0) -> np.ndarray:

@@ -425,7 +425,8 @@ class WanPipeline:
         return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
 
     def compilations(self) -> int:
-        """How many times the transformer step has been compiled by this pipeline."""
+        """How many times this pipeline has compiled its scanned step (``block_loop="scan"``; the host block
+        loop and offloading compile their pieces in :func:`compile_offloaded_step`)."""
         return self._step._cache_size()
 
     def compile_step(self, params, x, t, context, cos, sin, g, *, guided: bool = True, stack: OffloadedStack | None = None):
