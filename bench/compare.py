@@ -482,14 +482,14 @@ class CogVidax(WanVidax):
         from vidax.models.cogvideox.pipeline import CogVideoXPipeline
 
         self.pipe = CogVideoXPipeline.from_pretrained(self.folder, dtype=self.dtype)
-        jax.block_until_ready(self.pipe.transformer_params)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.block_chunks and self.pipe.block_chunks.chunks))
 
     def encode(self) -> None:
         import jax
 
         pipe = self.pipe
         text = pipe.encode_prompt([NEGATIVE, PROMPT])  # [uncond, cond], as the reference batches them
-        self.context = text.astype(pipe.transformer_params["blocks"]["attn1"]["to_q"]["kernel"].dtype)
+        self.context = text.astype(pipe.compute_dtype)
         jax.block_until_ready(self.context)
 
     def prepare(self, latents) -> float:
@@ -503,8 +503,7 @@ class CogVidax(WanVidax):
         self.args = (pipe.transformer_params, jnp.asarray(latents), jnp.full((latents.shape[0],), 999.0, jnp.float32),
                      self.context, positions, jnp.float32(GUIDANCE), None, None)
         t0 = time.perf_counter()
-        self.compiled = pipe._step.lower(*self.args, cfg=pipe.transformer_cfg, attention_impl=pipe.attention,
-                                         guided=True).compile()
+        self.compiled = pipe.compile_step(*self.args, guided=True)
         return time.perf_counter() - t0
 
     def decode(self, latents):
@@ -1122,7 +1121,7 @@ def write_markdown(rec: dict, png: Path | None) -> None:
               "are faulted in at first use, inside the generation); vidax converts every tensor (layout and dtype) into "
               "its own buffers at load. The step target is judged on the geometric mean over the token counts. "
               + ("vidax's step runs its CPU default block loop: one compiled block program called once per block over "
-                 "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). " if cfg.family.startswith("wan") else ""),
+                 "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). "),
               "", f"Contention: every measurement records the share of the machine's CPU that other processes used "
               f"meanwhile (machine-wide busy time from `/proc/stat` minus the measured process's own CPU time). Medians "
               f"and ranges are over the quiet measurements (others under {QUIET:.0%}) when there are at least 2, and the "

@@ -133,27 +133,55 @@ def test_image_to_video_frames_match_diffusers(pipes, variant, sampler, monkeypa
         ours(image[:, :16], PROMPT, **{**kwargs, "latents": None})
 
 
-def test_step_compiles_once_and_seed_reproduces(pipes):
+@pytest.mark.parametrize("block_loop, program", [("scan", "_cfg_step"), ("host", "_cog_block_chunk")])
+def test_step_compiles_once_and_seed_reproduces(pipes, block_loop, program):
+    """The step's block program compiles once per run (the scanned step, or the host loop's block program)."""
     ckpt, _, _ = pipes("5b")
     compiled = []
 
     def listener(event, duration, **kw):
-        if event == "/jax/core/compile/backend_compile_duration" and "_cfg_step" in kw.get("fun_name", ""):
+        if event == "/jax/core/compile/backend_compile_duration" and program in kw.get("fun_name", ""):
             compiled.append(kw["fun_name"])
 
-    pipe = CogVideoXPipeline.from_pretrained(ckpt, dtype="float32")
+    pipe = CogVideoXPipeline.from_pretrained(ckpt, dtype="float32", block_loop=block_loop)
+    jax.clear_caches()  # compiled pieces are shared process-wide: start cold so the count is this run's
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
         a = pipe(PROMPT, height=H, width=W, num_frames=1, num_inference_steps=3, sampler="dpm", seed=7, progress=False)
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
-    assert len(compiled) == 1
+    assert len(compiled) == 1 and a.metrics["block_loop"] == block_loop
     assert a.frames.dtype == np.uint8 and a.frames.shape == (1, 1, H, W, 3)
     assert {"compile_s", "step_s", "vae_decode_s", "text_encoder_s", "peak_host_rss_bytes"} <= set(a.metrics)
     b = pipe(PROMPT, height=H, width=W, num_frames=1, num_inference_steps=3, sampler="dpm", seed=7, progress=False)
     c = pipe(PROMPT, height=H, width=W, num_frames=1, num_inference_steps=3, sampler="dpm", seed=8, progress=False)
     np.testing.assert_array_equal(a.latents, b.latents)
     assert np.abs(a.latents - c.latents).max() > 0.1
+
+
+@pytest.mark.parametrize("variant", ["2b", "1.5-i2v"])
+def test_host_block_loop_is_the_cpu_default_and_equals_scan(pipes, variant):
+    """On CPU the blocks run one block program per block over one-block chunks in device memory; the latents
+    equal the scanned step's (2B: sin-cos positions, no RoPE; 1.5 I2V: RoPE, ofs, image latents)."""
+    ckpt, ours, _ = pipes(variant)
+    assert ours.block_loop == "host" and "blocks" not in ours.transformer_params
+    assert ours.block_chunks.num_chunks == ours.transformer_cfg.num_layers
+    assert all(a.shape[0] == 1 and a.sharding.memory_kind == "device" for a in jax.tree.leaves(ours.block_chunks.chunks))
+    scan = type(ours).from_pretrained(ckpt, dtype="float32", block_loop="scan")
+    assert scan.block_loop == "scan" and scan.block_chunks is None
+    kw = dict(height=H, width=W, num_frames=F, num_inference_steps=2, seed=3, output_type="float", progress=False)
+    args = (PROMPT, NEGATIVE)
+    if variant.endswith("-i2v"):
+        image = np.random.default_rng(0).uniform(0, 1, (1, H, W, 3)).astype(np.float32)
+        args = (image, *args)
+        kw["image_noise"] = np.random.default_rng(1).standard_normal((1, 16, 1, H // 8, W // 8), dtype=np.float32)
+    a, b = ours(*args, **kw), scan(*args, **kw)
+    assert a.metrics["block_loop"] == "host" and b.metrics["block_loop"] == "scan"
+    rel = np.abs(a.latents - b.latents).max() / np.abs(b.latents).max()
+    assert rel < 1e-6, rel
+    tree = ours.transformer_tree()
+    np.testing.assert_array_equal(np.asarray(tree["blocks"]["ff"]["up"]["kernel"]),
+                                  np.asarray(scan.transformer_params["blocks"]["ff"]["up"]["kernel"]))
 
 
 def test_prompt_states_match_transformers_t5_without_mask(pipes):

@@ -193,7 +193,7 @@ def test_pipeline_frames_on_a_mesh_equal_single_device(demo_ckpt):
 
     kw = dict(height=32, width=32, num_frames=1, num_inference_steps=2, output_type="float", progress=False)
     single = CogVideoXPipeline.from_pretrained(demo_ckpt, dtype="float32")("a red panda", "blurry", **kw)
-    pipe = CogVideoXPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2)
+    pipe = CogVideoXPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2, block_loop="scan")
     blocks = pipe.transformer_params["blocks"]
     kernel = blocks["attn1"]["to_q"]["kernel"]  # loaded already sharded
     assert kernel.sharding.spec == P(None, None, "tensor") and len(kernel.sharding.device_set) == 8
@@ -203,6 +203,11 @@ def test_pipeline_frames_on_a_mesh_equal_single_device(demo_ckpt):
     assert _rel(out.latents, single.latents) < 1e-5
     assert _rel(out.frames, single.frames) < 1e-5
     assert np.abs(out.frames - single.frames).max() < 1e-4
+    # The CPU default, the host block loop, on the same mesh: one-block chunks with the same shardings.
+    host = CogVideoXPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=2, tp=2, sp=2)
+    chunk = host.block_chunks.chunks[0]["attn1"]["to_q"]["kernel"]
+    assert host.block_loop == "host" and chunk.shape[0] == 1 and chunk.sharding.spec == P(None, None, "tensor")
+    assert _rel(host("a red panda", "blurry", **kw).latents, single.latents) < 1e-5
 
 
 def test_pipeline_rejects_a_bad_split_before_loading(demo_ckpt):

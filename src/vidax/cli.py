@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--offload-serial", action="store_true",
                    help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's mode)")
     g.add_argument("--block-loop", choices=["auto", "scan", "host"], default="auto",
-                   help="Wan: run the transformer blocks under one scan (scan) or as one block program called per "
+                   help="run the transformer blocks under one scan (scan) or as one block program called per "
                         "block from the host (host); auto: host on CPU, scan on accelerators")
     g.add_argument("--text-encoder-residency", choices=["auto", "resident", "free"], default="auto",
                    help="free the float32 text encoder after encoding (auto: on accelerators, not on CPU)")
@@ -188,7 +188,8 @@ def generate_cogvideox(args) -> int:
     t0 = time.perf_counter()
     pipe = CogVideoXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
                                              attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
-                                             text_encoder_residency=args.text_encoder_residency)
+                                             text_encoder_residency=args.text_encoder_residency,
+                                             block_loop=args.block_loop)
     result = pipe(args.prompt, args.negative_prompt, height=height, width=width, num_frames=num_frames,
                   num_inference_steps=steps, guidance_scale=guidance,
                   use_dynamic_cfg=pr.use_dynamic_cfg if pr else False, sampler=sampler, seed=args.seed,

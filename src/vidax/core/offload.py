@@ -246,6 +246,25 @@ class OffloadedStack:
         return total
 
 
+def block_plan(num_layers: int, offload_chunk: int | None, block_loop: str = "auto") -> ChunkPlan | None:
+    """How a transformer's blocks are placed (the pipelines' ``offload_chunk`` and ``block_loop`` options).
+
+    Returns:
+      a host-memory :class:`~vidax.core.offload.ChunkPlan` of ``offload_chunk`` blocks (offloading); one
+      block per chunk in device memory for the host block loop; None for stacked blocks under ``scan``.
+
+    Raises:
+      ValueError: an unknown ``block_loop``; see :class:`~vidax.core.offload.ChunkPlan`.
+    """
+    if block_loop not in ("auto", "scan", "host"):
+        raise ValueError(f"block_loop must be 'auto', 'scan' or 'host', got {block_loop!r}")
+    if offload_chunk is not None:
+        return ChunkPlan(num_layers, offload_chunk)
+    if block_loop == "host" or (block_loop == "auto" and jax.default_backend() == "cpu"):
+        return ChunkPlan(num_layers, 1, memory="device")
+    return None
+
+
 def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: Any, *, overlap: bool = True,
            timings: list | None = None) -> Any:
     """Run ``carry = run_chunk(chunk_params, carry)`` over every chunk, fetching weights from host memory.
@@ -299,5 +318,5 @@ def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: 
     return carry
 
 
-__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "device_sharding", "host_memory_kind", "stream",
+__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "block_plan", "device_sharding", "host_memory_kind", "stream",
            "with_memory_kind"]

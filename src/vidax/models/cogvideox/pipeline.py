@@ -46,14 +46,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.loader import load_params
+from vidax.checkpoint.loader import LayerChunks, load_params
 from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.offload import OffloadedStack, block_plan, device_sharding, with_memory_kind
 from vidax.core.parallel import sequence_mode
+from vidax.core.params import map_specs
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
+from vidax.models.cogvideox import block_loop as cog_block_loop
 from vidax.models.cogvideox import vae as cvae
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
 from vidax.models.cogvideox.layout import resolve_checkpoint
@@ -155,10 +158,14 @@ class CogVideoXPipeline:
 
     def __init__(self, folder: Path, transformer_cfg: CogVideoXTransformerConfig, transformer_params: dict,
                  vae_cfg: CogVideoXVAEConfig, vae_params: dict, text_cfg, text_params: dict, tokenizer: Tokenizer,
-                 scheduler_config: dict, attention: str = "auto", mesh=None, rules=COGVIDEOX_RULES):
+                 scheduler_config: dict, attention: str = "auto", mesh=None, rules=COGVIDEOX_RULES,
+                 block_chunks: OffloadedStack | None = None):
         self.folder = folder
         self.transformer_cfg = transformer_cfg
+        # With the host block loop the blocks are block_chunks (one block per chunk, device memory) and
+        # transformer_params holds the parameters outside them.
         self.transformer_params = transformer_params
+        self.block_chunks = block_chunks
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         self.text_cfg = text_cfg
@@ -185,7 +192,8 @@ class CogVideoXPipeline:
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
-                        devices: list | None = None, text_encoder_residency: str = "auto") -> CogVideoXPipeline:
+                        devices: list | None = None, text_encoder_residency: str = "auto",
+                        block_loop: str = "auto") -> CogVideoXPipeline:
         """Load a diffusers-layout CogVideoX text-to-video folder.
 
         Args:
@@ -207,14 +215,18 @@ class CogVideoXPipeline:
             loaded again (memory-mapped, already checked) when another prompt comes (paper fault 2);
             ``"resident"``: kept; ``"auto"``: freed on accelerators, kept on the CPU backend
             (:func:`vidax.core.residency.keep_resident`).
+          block_loop: ``"scan"`` (the blocks under ``lax.scan`` in one step program), ``"host"`` (one
+            compiled block program called per block from the host, over per-block weights in device
+            memory: :mod:`vidax.models.cogvideox.block_loop`), or ``"auto"``: ``"host"`` on the CPU
+            backend, ``"scan"`` elsewhere (docs/design.md, "Block loop"). Same values either way.
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the
             transformer's ``text_embed_dim``, a checkpoint of the other task, or weights that do
             not match their configuration (all mismatches listed at once).
-          ValueError: an unsupported configuration; a mesh that does not cover the devices, or a
-            tp that does not divide the head count (valid sizes listed), raised before any weight
-            is read.
+          ValueError: an unsupported configuration; a mesh that does not cover the devices, a tp
+            that does not divide the head count (valid sizes listed), or an unknown ``block_loop``,
+            raised before any weight is read.
         """
         t0 = time.perf_counter()
         ckpt = resolve_checkpoint(folder)
@@ -236,9 +248,23 @@ class CogVideoXPipeline:
         if dp * tp * sp > 1 or devices is not None:
             mesh = make_mesh(dp, tp, sp, devices=devices)
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
-        tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), transformer_specs(tcfg),
-                              jnp.dtype(dtype), source=str(ckpt.part("transformer")),
-                              shardings=None if mesh is None else COGVIDEOX_RULES.sharding_fn(mesh))
+        plan = block_plan(tcfg.num_layers, None, block_loop)
+        specs = transformer_specs(tcfg)
+        resident = None if mesh is None else COGVIDEOX_RULES.sharding_fn(mesh)
+
+        def placement(path, spec):
+            sharding = None if resident is None else resident(path, spec)
+            if plan is not None and path.startswith("blocks/"):
+                return LayerChunks(with_memory_kind(device_sharding(sharding), "device"), 1)
+            return sharding
+
+        tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), specs, jnp.dtype(dtype),
+                              source=str(ckpt.part("transformer")), shardings=placement)
+        chunks = None
+        if plan is not None:
+            device = (COGVIDEOX_RULES.param_shardings(specs, mesh) if mesh is not None
+                      else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
+            chunks = OffloadedStack.from_chunk_leaves(tparams.pop("blocks"), device, tcfg.num_layers, plan.memory)
         vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
                               source=str(ckpt.part("vae")))
         keep_text = keep_resident(text_encoder_residency)
@@ -251,9 +277,9 @@ class CogVideoXPipeline:
         eparams = load_text_encoder()
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
-                   attention, mesh=mesh)
+                   attention, mesh=mesh, block_chunks=chunks)
         pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
-        jax.block_until_ready((tparams, vparams, eparams))
+        jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
 
@@ -383,7 +409,7 @@ class CogVideoXPipeline:
 
         t0 = time.perf_counter()
         text = self.encode_prompt(negatives + prompts if guided else prompts)  # [uncond, cond], as the reference
-        dtype = self.transformer_params["blocks"]["attn1"]["to_q"]["kernel"].dtype
+        dtype = self.compute_dtype
         context = text.astype(dtype)
         jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
@@ -403,7 +429,6 @@ class CogVideoXPipeline:
         # Placed once: the 2B sin-cos table is (tokens x width) floats, not to be re-sent every step.
         positions = jax.tree.map(jnp.asarray, position_tables(tcfg, shape))
         ofs = jnp.full((1,), 2.0, jnp.float32) if tcfg.ofs_embed_dim else None  # the I2V pipeline's fixed ofs
-        step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided, mesh=self.mesh, rules=self.rules)
         metrics.update(self._parallel_metrics())
         aux_device = _first_device(self.vae_params)
         # On a mesh: the context split over data (the CFG halves), the rest replicated.
@@ -412,10 +437,11 @@ class CogVideoXPipeline:
 
         with _mesh_context(self.mesh):
             t0 = time.perf_counter()
-            compiled = self._step.lower(self.transformer_params, x, self._to_mesh(jnp.zeros((b,), jnp.float32)),
-                                        context, positions, self._to_mesh(jnp.float32(guidance_scale)), cond, ofs,
-                                        **step_args).compile()
+            compiled = self.compile_step(self.transformer_params, x, self._to_mesh(jnp.zeros((b,), jnp.float32)),
+                                         context, positions, self._to_mesh(jnp.float32(guidance_scale)), cond, ofs,
+                                         guided=guided)
             metrics["compile_s"] = time.perf_counter() - t0
+            metrics["block_loop"] = self.block_loop
 
             step_times = []
             n = state.num_inference_steps
@@ -447,8 +473,42 @@ class CogVideoXPipeline:
         metrics.update(peak_memory_metrics())
         return CogVideoXOutput(frames=frames, latents=np.asarray(x), fps=self.fps, metrics=metrics)
 
+    @property
+    def block_loop(self) -> str:
+        """``"host"`` (one-block chunks in device memory, a host loop) or ``"scan"``."""
+        return "scan" if self.block_chunks is None else "host"
+
+    @property
+    def compute_dtype(self) -> np.dtype:
+        """The transformer's weight dtype (``from_pretrained``'s ``dtype``)."""
+        blocks = self.transformer_params["blocks"] if self.block_chunks is None else self.block_chunks.chunks[0]
+        return blocks["attn1"]["to_q"]["kernel"].dtype
+
+    def compile_step(self, params, x, t, context, positions, g, cond, ofs, *, guided: bool = True):
+        """Compile the guided transformer step for these inputs (placed as :meth:`__call__` places them).
+
+        Returns:
+          ``step(params, x, t, context, positions, g, cond, ofs) -> prediction``: the scanned step, or with
+          the host block loop its prologue, the block program per block and its epilogue
+          (:func:`vidax.models.cogvideox.block_loop.compile_step`), with the same contract.
+        """
+        if self.block_chunks is None:
+            return self._step.lower(params, x, t, context, positions, g, cond, ofs, cfg=self.transformer_cfg,
+                                    attention_impl=self.attention, guided=guided, mesh=self.mesh,
+                                    rules=self.rules).compile()
+        return cog_block_loop.compile_step(params, self.block_chunks, x, t, context, positions, g, cond, ofs,
+                                           cfg=self.transformer_cfg, attention=self.attention, guided=guided,
+                                           mesh=self.mesh, rules=self.rules)
+
+    def transformer_tree(self) -> dict:
+        """The transformer's whole parameter tree as :func:`transformer_specs` declares it, blocks stacked
+        ``(num_layers, ...)`` whatever the block loop (a device copy with the host loop; tools and tests)."""
+        if self.block_chunks is None:
+            return self.transformer_params
+        return {**self.transformer_params, "blocks": self.block_chunks.stacked()}
+
     def compilations(self) -> int:
-        """How many times the transformer step has been compiled by this pipeline."""
+        """How many times this pipeline has compiled its scanned step (``block_loop="scan"``)."""
         return self._step._cache_size()
 
     def _to_mesh(self, tree, split_batch: bool = False):

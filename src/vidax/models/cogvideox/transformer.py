@@ -651,19 +651,54 @@ def forward(
         ``max_text_seq_length`` with a position table, a missing ``ofs``; a mesh the model cannot
         use (see :func:`vidax.models.cogvideox.sharding.check_parallel`).
     """
+    h, temb, text, cos, sin = forward_prologue(params, latents, timestep, context, positions, ofs, cfg=cfg, mesh=mesh,
+                                               rules=rules)
+    with jax.named_scope("blocks"):
+        h = run_blocks(params["blocks"], h, temb, text, cos, sin, cfg=cfg, attention_impl=attention_impl, mesh=mesh,
+                       rules=rules, valid_tokens=joint_tokens(cfg, latents.shape, context.shape[1]))
+    return forward_epilogue(params, h, temb, cfg=cfg, latent_shape=tuple(latents.shape), text_tokens=context.shape[1])
+
+
+def forward_prologue(params: dict, latents: jax.Array, timestep: jax.Array, context: jax.Array,
+                     positions: PositionTables, ofs: jax.Array | None = None, *, cfg: CogVideoXTransformerConfig,
+                     mesh: Mesh | None = None, rules: ShardingRules = COGVIDEOX_RULES):
+    """:func:`forward` up to the blocks: :func:`embed_inputs`, then :func:`join_tokens`.
+
+    Args and raises: as :func:`forward` (``params`` need not hold ``"blocks"``).
+
+    Returns:
+      the :func:`run_blocks` inputs ``(h, temb, text, cos, sin)``: float32 ``h (B, N_pad, D)``, ``temb
+      (B, time_embed_dim)``, bool ``text (N_pad,)``, joint RoPE tables or None.
+    """
     check_parallel(cfg, mesh, rules, latents.shape[0])
-    grid = token_grid(cfg, latents.shape)
+    token_grid(cfg, latents.shape)  # the patch checks, before anything is traced
     if mesh is not None:
         latents = jax.lax.with_sharding_constraint(
             latents, NamedSharding(mesh, rules.spec(("batch",) + (None,) * (latents.ndim - 1))))
     x, c, temb = embed_inputs(params, latents, timestep, context, positions.pos_embed, ofs, cfg)
-    n_text, n_video = c.shape[1], x.shape[1]
     sp = axis_size(mesh, rules.mesh_axes("tokens"))
-    h, text, cos, sin, n = join_tokens(x, c, positions.cos, positions.sin, sp)
-    with jax.named_scope("blocks"):
-        h = run_blocks(params["blocks"], h, temb, text, cos, sin, cfg=cfg, attention_impl=attention_impl, mesh=mesh,
-                       rules=rules, valid_tokens=n)
-    return output_head(params, h[:, n_text:n_text + n_video], temb, grid, cfg)
+    h, text, cos, sin, _ = join_tokens(x, c, positions.cos, positions.sin, sp)
+    return h, temb, text, cos, sin
+
+
+def forward_epilogue(params: dict, h: jax.Array, temb: jax.Array, *, cfg: CogVideoXTransformerConfig,
+                     latent_shape: tuple[int, ...], text_tokens: int) -> jax.Array:
+    """:func:`forward` after the blocks: the video tokens cut out of the joint stream, then :func:`output_head`.
+
+    Args:
+      h: float32 joint stream ``(B, N_pad, D)`` from :func:`run_blocks`; temb: float32 ``(B, time_embed_dim)``.
+      latent_shape: the transformer input's shape ``(B, F, C, H, W)``; text_tokens: ``L``.
+
+    Returns:
+      float32 ``(B, F, out_channels, H, W)``.
+    """
+    grid = token_grid(cfg, latent_shape)
+    return output_head(params, h[:, text_tokens:text_tokens + math.prod(grid)], temb, grid, cfg)
+
+
+def joint_tokens(cfg: CogVideoXTransformerConfig, latent_shape: tuple[int, ...], text_tokens: int) -> int:
+    """Tokens of the joint stream before padding: ``text_tokens`` plus :func:`num_tokens`."""
+    return text_tokens + num_tokens(cfg, latent_shape)
 
 
 def num_tokens(cfg: CogVideoXTransformerConfig, latent_shape: tuple[int, ...]) -> int:

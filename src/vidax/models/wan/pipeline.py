@@ -48,7 +48,7 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import LayerChunks, load_params
 from vidax.checkpoint.reader import CountingReader
 from vidax.core.attention import AttentionImpl, resolve_implementation
-from vidax.core.offload import ChunkPlan, OffloadedStack, device_sharding, host_memory_kind
+from vidax.core.offload import ChunkPlan, OffloadedStack, block_plan, device_sharding, host_memory_kind
 from vidax.core.parallel import sequence_mode
 from vidax.core.params import map_specs
 from vidax.core.residency import OnDemand, keep_resident
@@ -524,25 +524,6 @@ class WanPipeline:
                      (("dp", "batch"), ("tp", "heads"), ("sp", "tokens"))}
         mode = sequence_mode(self.transformer_cfg.num_attention_heads // sizes["tp"], sizes["sp"]) if sizes["sp"] > 1 else None
         return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
-
-
-def block_plan(num_layers: int, offload_chunk: int | None, block_loop: str = "auto") -> ChunkPlan | None:
-    """How the transformer's blocks are placed (``from_pretrained``'s ``offload_chunk`` and ``block_loop``).
-
-    Returns:
-      a host-memory :class:`~vidax.core.offload.ChunkPlan` of ``offload_chunk`` blocks (offloading); one
-      block per chunk in device memory for the host block loop; None for stacked blocks under ``scan``.
-
-    Raises:
-      ValueError: an unknown ``block_loop``; see :class:`~vidax.core.offload.ChunkPlan`.
-    """
-    if block_loop not in ("auto", "scan", "host"):
-        raise ValueError(f"block_loop must be 'auto', 'scan' or 'host', got {block_loop!r}")
-    if offload_chunk is not None:
-        return ChunkPlan(num_layers, offload_chunk)
-    if block_loop == "host" or (block_loop == "auto" and jax.default_backend() == "cpu"):
-        return ChunkPlan(num_layers, 1, memory="device")
-    return None
 
 
 def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan: ChunkPlan | None = None):

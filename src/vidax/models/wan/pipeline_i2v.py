@@ -52,13 +52,13 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.core.offload import OffloadedStack
+from vidax.core.offload import OffloadedStack, block_plan
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_specs, encode_images, preprocess_images
 from vidax.models.wan import offload as wan_offload
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
-from vidax.models.wan.pipeline import (WanOutput, WanPipeline, _first_device, _mesh_context, _replicated, block_plan,
+from vidax.models.wan.pipeline import (WanOutput, WanPipeline, _first_device, _mesh_context, _replicated,
                                        compile_offloaded, load_transformer)
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, forward_prologue, rope_tables, transformer_specs
