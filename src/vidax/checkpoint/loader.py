@@ -323,7 +323,10 @@ def load_params(
     place (a donated ``dynamic_update_slice``), so host memory beyond the mapped files
     stays near the largest single checkpoint tensor and the device never holds a second
     copy; on the CPU backend (where device memory is host memory) it is assembled on the
-    host and transferred with one ``device_put``.
+    host and transferred with one ``device_put``. A tensor that needs no conversion (a checkpoint
+    written by ``vidax convert``, loaded at its own dtype: :func:`adoptable`) is placed straight from
+    its memory map: on the CPU backend the device array *is* the mapped file, and loading reads no
+    weight bytes.
 
     Args:
       reader: tensor source (``keys()``, ``shape(key)``, ``get(key) -> np.ndarray``).
@@ -373,7 +376,7 @@ def load_params(
             if place and entries[0][2] is not None and _streams_layers(sharding):
                 out[path] = _place_stacked(pool, reader, entries, spec.shape, target, sharding)
                 continue
-            host = _host_param(pool, reader, entries, spec.shape, target)
+            host = _host_param(pool, reader, entries, spec.shape, target, adopt=place)
             out[path] = host if not place else jax.device_put(host, sharding)
     return unflatten(out)
 
@@ -499,7 +502,9 @@ def _place_chunks(pool, reader, entries, shape, target, chunks: LayerChunks, by_
         if by_shards:
             out.append(_place_by_shards(pool, reader, entries, cshape, target, chunks.sharding, off))
             continue
-        host = _read_region(pool, reader, entries, cshape, target, _bounds((), cshape), off)
+        host = _as_is(reader, entries, cshape, target, (off, off + size)) if chunks.sharding is not None else None
+        if host is None:
+            host = _read_region(pool, reader, entries, cshape, target, _bounds((), cshape), off)
         out.append(host if chunks.sharding is None else jax.device_put(host, chunks.sharding))
     return tuple(out)
 
@@ -539,15 +544,46 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int = 64) -> np
 _MAPPED_BYTES = 1 << 20
 
 
-def _host_param(pool, reader, entries, shape, target) -> np.ndarray:
+def adoptable(src: Any, dtype: np.dtype, alignment: int = 64) -> bool:
+    """Whether checkpoint tensor ``src`` can become a parameter as it is, with no copy.
+
+    True for a read-only view of a memory-mapped file (a safetensors reader's tensors) that is
+    already in ``dtype``, C-contiguous and ``alignment``-byte aligned: a tensor of a checkpoint
+    written by ``vidax convert`` (our layout and dtype policy; :mod:`vidax.checkpoint.writer` aligns
+    its data section) loaded at the dtype it was written in. ``jax.device_put`` on the CPU backend
+    then adopts the mapped pages as the device buffer (they are read from the page cache when first
+    used, as PyTorch's memory-mapped safetensors tensors are); on accelerators it transfers from the
+    mapping without a host copy first.
+    """
+    return (isinstance(src, np.ndarray) and isinstance(getattr(src, "_mmap", None), mmap.mmap)
+            and not src.flags.writeable and src.dtype == dtype and src.flags.c_contiguous and src.nbytes > 0
+            and src.ctypes.data % alignment == 0)
+
+
+def _as_is(reader, entries, shape, target, layers: tuple[int, int] | None = None) -> np.ndarray | None:
+    """The mapped checkpoint tensor itself (layers ``lo:hi`` of it), if it needs no conversion (:func:`adoptable`)."""
+    if len(entries) != 1 or entries[0][1] != "none" or entries[0][2] is not None:
+        return None
+    key = entries[0][0]
+    src = reader.get(key)
+    if layers is not None:
+        if layers[1] > src.shape[0]:
+            return None
+        src = src[layers[0] : layers[1]]
+    return src if tuple(src.shape) == tuple(shape) and adoptable(src, target) else None
+
+
+def _host_param(pool, reader, entries, shape, target, adopt: bool = False) -> np.ndarray:
+    if adopt and (view := _as_is(reader, entries, shape, target)) is not None:
+        return view
     host = aligned_empty(shape, target)
     convert_all(pool, [(reader.get(key), layout, host if index is None else host[index]) for key, layout, index in entries])
     return host
 
 
 def iter_host_params(reader: Any, keymap: KeyMap, specs: SpecTree, dtype: Any = np.float32, *,
-                     source: str = "checkpoint", workers: int | None = None):
-    """Yield ``(param_path, host array)`` one finished parameter at a time, in spec-tree order.
+                     source: str = "checkpoint", workers: int | None = None, order: list[str] | None = None):
+    """Yield ``(param_path, host array)`` one finished parameter at a time, in spec-tree order (or ``order``).
 
     The streaming form of ``load_params(..., place=False)`` for writers that must not hold the
     whole tree in memory (``vidax convert``). Checks the whole checkpoint first, like
@@ -555,12 +591,14 @@ def iter_host_params(reader: Any, keymap: KeyMap, specs: SpecTree, dtype: Any = 
 
     Raises:
       CheckpointError: see :func:`plan_load`.
+      KeyError: a path in ``order`` that is not a parameter.
     """
     plan = plan_load(reader, keymap, specs, source=source)
     dtype = np.dtype(dtype)
+    flat = dict(flatten(specs))
     with ThreadPoolExecutor(workers or min(8, os.cpu_count() or 1)) as pool:
-        for path, spec in flatten(specs):
-            entries = plan[path]
+        for path in (order if order is not None else list(flat)):
+            spec, entries = flat[path], plan[path]
             yield path, _host_param(pool, reader, entries, spec.shape, _target_dtype(reader, entries, spec, dtype))
 
 

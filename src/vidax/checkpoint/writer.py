@@ -69,6 +69,10 @@ def save_component(folder: str | os.PathLike, filename: str, tensors: dict[str, 
     return folder
 
 
+#: Alignment in bytes of the data section of the safetensors files vidax writes (the CPU backend adopts
+#: host buffers aligned to 64 bytes without copying them).
+DATA_ALIGNMENT = 64
+
 _ST_DTYPES = {
     np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
     np.dtype(ml_dtypes.bfloat16): "BF16", np.dtype(np.int64): "I64", np.dtype(np.int32): "I32",
@@ -86,8 +90,12 @@ def write_safetensors_stream(
 
     The header needs every tensor's shape and dtype up front (``entries``); the data then
     comes from ``arrays`` in the same order. bfloat16 (``ml_dtypes``) is written as ``BF16``,
-    which the ``safetensors`` library's NumPy writer cannot do. The file is written under a
-    temporary name and renamed when complete.
+    which the ``safetensors`` library's NumPy writer cannot do. The header is padded with spaces
+    (as the format allows) so that the data section starts on a :data:`DATA_ALIGNMENT`-byte
+    boundary of the file: every tensor whose offset is a multiple of it is then aligned in a
+    memory map too, which the loader needs to place it without a copy
+    (:func:`vidax.checkpoint.loader.adoptable`). The file is written under a temporary name and
+    renamed when complete.
 
     Raises:
       ValueError: an array arrives out of order, or with another shape/dtype than announced.
@@ -101,7 +109,7 @@ def write_safetensors_stream(
         header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # align the data section to 8 bytes, as the reference writer does
+    raw += b" " * (-(8 + len(raw)) % DATA_ALIGNMENT)  # the data section starts aligned (the reference pads to 8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
@@ -143,7 +151,9 @@ def write_component(folder: str | os.PathLike, reader, keymap: KeyMap, specs: Sp
     ``folder/params.safetensors`` holds every parameter under its path (``blocks/attn1/to_q/kernel``),
     stacked blocks whole, already in our layout and cast by the dtype policy (``dtype`` for the
     unpinned floating leaves); ``folder/config.json`` is ``config``. The whole checkpoint is matched
-    first (every error before anything is written), then streamed parameter by parameter.
+    first (every error before anything is written), then streamed parameter by parameter. Parameters
+    whose size is a multiple of :data:`DATA_ALIGNMENT` bytes come first (in spec-tree order, then the
+    rest), so that all of them start aligned and load without a copy.
 
     Raises:
       CheckpointError: see :func:`vidax.checkpoint.loader.plan_load`.
@@ -158,9 +168,11 @@ def write_component(folder: str | os.PathLike, reader, keymap: KeyMap, specs: Sp
         first = reader.dtype(plan[path][0][0])
         floating = np.issubdtype(first, np.floating) or first.kind == "V"
         entries.append((path, spec.shape, spec.dtype(dtype) if floating else first))
+    # Sizes that are multiples of the alignment first: each keeps the next one aligned.
+    entries.sort(key=lambda e: (int(np.prod(e[1], dtype=np.int64)) * np.dtype(e[2]).itemsize) % DATA_ALIGNMENT != 0)
     folder.mkdir(parents=True, exist_ok=True)
-    write_safetensors_stream(folder / VIDAX_WEIGHTS, entries, iter_host_params(reader, keymap, specs, dtype, source=source),
-                             metadata={"format": "vidax", "dtype": str(dtype)})
+    arrays = iter_host_params(reader, keymap, specs, dtype, source=source, order=[e[0] for e in entries])
+    write_safetensors_stream(folder / VIDAX_WEIGHTS, entries, arrays, metadata={"format": "vidax", "dtype": str(dtype)})
     write_json(folder / "config.json", config)
     return (folder / VIDAX_WEIGHTS).stat().st_size
 
