@@ -714,6 +714,9 @@ def checkpoint(cfg: BenchConfig) -> Path:
 def converted(cfg: BenchConfig, folder: Path) -> Path | None:
     """The checkpoint in vidax's translated layout (``vidax convert``), written once; None if unavailable."""
     dst = CACHE / f"compare-{cfg.name}-vidax-layout"
+    if dst.exists() and not _current_writer(dst):
+        print(f"{dst} was written by an earlier vidax convert (unaligned data); writing it again", flush=True)
+        shutil.rmtree(dst)
     if not dst.exists():
         try:
             if not FAMILIES[cfg.family].convert(folder, dst):
@@ -723,6 +726,17 @@ def converted(cfg: BenchConfig, folder: Path) -> Path | None:
             shutil.rmtree(dst, ignore_errors=True)
             return None
     return dst
+
+
+def _current_writer(folder: Path) -> bool:
+    """Whether every weights file under ``folder`` has its data section aligned as today's writer aligns it."""
+    from vidax.checkpoint.writer import DATA_ALIGNMENT
+
+    for p in folder.rglob("*.safetensors"):
+        with open(p, "rb") as f:
+            if (8 + int.from_bytes(f.read(8), "little")) % DATA_ALIGNMENT:
+                return False
+    return True
 
 
 def _warm(folder: Path) -> None:
