@@ -264,6 +264,14 @@ def convert_all(pool: ThreadPoolExecutor | None, jobs: list[tuple[np.ndarray, st
         release_pages(src)
 
 
+def _file_mapping(view: Any) -> mmap.mmap | None:
+    """The file mapping under ``view`` if it is a non-empty read-only view of an ``np.memmap``, else None."""
+    raw = getattr(view, "_mmap", None)  # slices and views of an np.memmap carry its mmap object
+    if not isinstance(raw, mmap.mmap) or view.flags.writeable or view.nbytes == 0:
+        return None
+    return raw
+
+
 def release_pages(view: np.ndarray) -> None:
     """Drop the pages of a memory-mapped checkpoint tensor from this process (``MADV_DONTNEED``).
 
@@ -274,8 +282,8 @@ def release_pages(view: np.ndarray) -> None:
     stays valid: a later read of the same bytes faults them back in. Arrays that are not views of
     a read-only ``np.memmap`` (e.g. a ``DictReader``'s) are left alone.
     """
-    raw = getattr(view, "_mmap", None)  # slices and views of an np.memmap carry its mmap object
-    if not isinstance(raw, mmap.mmap) or view.flags.writeable or view.nbytes == 0 or not hasattr(mmap, "MADV_DONTNEED"):
+    raw = _file_mapping(view)
+    if raw is None or not hasattr(mmap, "MADV_DONTNEED"):
         return
     origin = np.frombuffer(raw, np.uint8, count=1).ctypes.data  # where the mapping starts
     lo = view.ctypes.data - origin
@@ -555,9 +563,8 @@ def adoptable(src: Any, dtype: np.dtype, alignment: int = 64) -> bool:
     used, as PyTorch's memory-mapped safetensors tensors are); on accelerators it transfers from the
     mapping without a host copy first.
     """
-    return (isinstance(src, np.ndarray) and isinstance(getattr(src, "_mmap", None), mmap.mmap)
-            and not src.flags.writeable and src.dtype == dtype and src.flags.c_contiguous and src.nbytes > 0
-            and src.ctypes.data % alignment == 0)
+    return (isinstance(src, np.ndarray) and _file_mapping(src) is not None and src.dtype == dtype
+            and src.flags.c_contiguous and src.ctypes.data % alignment == 0)
 
 
 def _as_is(reader, entries, shape, target, layers: tuple[int, int] | None = None) -> np.ndarray | None:

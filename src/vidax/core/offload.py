@@ -265,6 +265,53 @@ def block_plan(num_layers: int, offload_chunk: int | None, block_loop: str = "au
     return None
 
 
+def block_placement(plan: ChunkPlan | None, mesh: Any = None, rules: Any = None):
+    """The loader's ``shardings`` for a transformer whose blocks are ``"blocks/..."`` stacked leaves.
+
+    Args:
+      plan: None (every leaf resident), or how the blocks are chunked (:func:`block_plan`).
+      mesh, rules: the transformer's mesh and its :class:`~vidax.core.sharding.ShardingRules`
+        (None mesh: one device).
+
+    Returns:
+      None (one device, nothing chunked), or ``(path, spec) -> sharding``: the resident sharding of
+      ``rules`` on ``mesh``, and for the blocks a :class:`~vidax.checkpoint.loader.LayerChunks` of
+      ``plan.chunk`` layers with that sharding in the plan's memory (``"device"``, or the backend's
+      host memory kind: :func:`host_memory_kind`; None: NumPy chunks).
+    """
+    from vidax.checkpoint.loader import LayerChunks
+
+    resident = None if mesh is None else rules.sharding_fn(mesh)
+    if plan is None:
+        return resident
+    kind = "device" if plan.memory == "device" else host_memory_kind()
+
+    def placement(path, spec):
+        sharding = None if resident is None else resident(path, spec)
+        if path.startswith("blocks/"):
+            return LayerChunks(with_memory_kind(device_sharding(sharding), kind), plan.chunk)
+        return sharding
+
+    return placement
+
+
+def split_blocks(params: dict, specs: dict, plan: ChunkPlan | None, mesh: Any = None,
+                 rules: Any = None) -> tuple[dict, OffloadedStack | None]:
+    """``(params, None)``, or with ``plan`` ``(params without "blocks", the blocks as an OffloadedStack)``.
+
+    ``params`` is what :func:`vidax.checkpoint.loader.load_params` returned for the
+    :func:`block_placement` of ``plan`` (its ``"blocks"`` leaves tuples of chunks); the stack's device
+    shardings are the resident ones of ``rules`` on ``mesh`` (None mesh: the first local device).
+    """
+    if plan is None:
+        return params, None
+    from vidax.core.params import map_specs
+
+    device = (rules.param_shardings(specs, mesh) if mesh is not None
+              else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
+    return params, OffloadedStack.from_chunk_leaves(params.pop("blocks"), device, plan.num_layers, plan.memory)
+
+
 def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: Any, *, overlap: bool = True,
            timings: list | None = None) -> Any:
     """Run ``carry = run_chunk(chunk_params, carry)`` over every chunk, fetching weights from host memory.
@@ -318,5 +365,5 @@ def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: 
     return carry
 
 
-__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "block_plan", "device_sharding", "host_memory_kind", "stream",
-           "with_memory_kind"]
+__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "block_placement", "block_plan", "device_sharding",
+           "host_memory_kind", "split_blocks", "stream", "with_memory_kind"]

@@ -46,11 +46,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.loader import LayerChunks, load_params
+from vidax.checkpoint.loader import load_params
 from vidax.core.attention import AttentionImpl, resolve_implementation
-from vidax.core.offload import OffloadedStack, block_plan, device_sharding, with_memory_kind
+from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.parallel import sequence_mode
-from vidax.core.params import map_specs
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode as t5_encode
@@ -250,21 +249,9 @@ class CogVideoXPipeline:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
         plan = block_plan(tcfg.num_layers, None, block_loop)
         specs = transformer_specs(tcfg)
-        resident = None if mesh is None else COGVIDEOX_RULES.sharding_fn(mesh)
-
-        def placement(path, spec):
-            sharding = None if resident is None else resident(path, spec)
-            if plan is not None and path.startswith("blocks/"):
-                return LayerChunks(with_memory_kind(device_sharding(sharding), "device"), 1)
-            return sharding
-
         tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), specs, jnp.dtype(dtype),
-                              source=str(ckpt.part("transformer")), shardings=placement)
-        chunks = None
-        if plan is not None:
-            device = (COGVIDEOX_RULES.param_shardings(specs, mesh) if mesh is not None
-                      else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
-            chunks = OffloadedStack.from_chunk_leaves(tparams.pop("blocks"), device, tcfg.num_layers, plan.memory)
+                              source=str(ckpt.part("transformer")), shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
+        tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
         vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
                               source=str(ckpt.part("vae")))
         keep_text = keep_resident(text_encoder_residency)

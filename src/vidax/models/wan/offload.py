@@ -23,7 +23,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding
 
 from vidax.core.attention import AttentionImpl
-from vidax.core.offload import OffloadedStack, device_sharding, host_memory_kind, with_memory_kind
+from vidax.core.offload import OffloadedStack, device_sharding
 from vidax.core.sharding import ShardingRules
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
@@ -164,21 +164,3 @@ def run_stack(stack: OffloadedStack, run, x, ctx, temb6, cos, sin, *, overlap: b
     from vidax.core.offload import stream
 
     return stream(stack, lambda chunk, h: run(chunk, h, ctx, temb6, cos, sin), x, overlap=overlap, timings=timings)
-
-
-def host_block_shardings(cfg: WanTransformerConfig, mesh: Mesh | None, rules: ShardingRules = WAN_RULES,
-                         kind: str | None = "auto"):
-    """``(path, spec) -> sharding`` of block chunks in host memory (None kind: NumPy), for the loader.
-
-    Returns:
-      a function giving, for a ``blocks/...`` path, the resident sharding in host memory
-      (``memory_kind`` :func:`~vidax.core.offload.host_memory_kind`), or None when the backend has
-      no host memory kind.
-    """
-    kind = host_memory_kind() if kind == "auto" else kind
-    fn = None if mesh is None else rules.sharding_fn(mesh)
-
-    def sharding(path, spec):
-        return with_memory_kind(device_sharding(None if fn is None else fn(path, spec)), kind)
-
-    return sharding

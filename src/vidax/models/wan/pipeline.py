@@ -45,12 +45,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.loader import LayerChunks, load_params
+from vidax.checkpoint.loader import load_params
 from vidax.checkpoint.reader import CountingReader
 from vidax.core.attention import AttentionImpl, resolve_implementation
-from vidax.core.offload import ChunkPlan, OffloadedStack, block_plan, device_sharding, host_memory_kind
+from vidax.core.offload import ChunkPlan, OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.parallel import sequence_mode
-from vidax.core.params import map_specs
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
@@ -390,8 +389,6 @@ class WanPipeline:
             x = jnp.asarray(latents, jnp.float32)
         cos, sin = (jnp.asarray(a) for a in rope_tables(self.transformer_cfg, shape))
         g = jnp.float32(guidance_scale)
-        step_args = dict(cfg=self.transformer_cfg, attention_impl=self.attention, guided=guided,
-                         mesh=self.mesh, rules=self.rules)
         metrics.update(self._parallel_metrics())
         aux_device = _first_device(self.vae_params)
         x, context, cos, sin, g = self._to_mesh(x, context, cos, sin, g)
@@ -546,29 +543,8 @@ def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan
     """
     specs = transformer_specs(cfg)
     params = load_params(reader, keymap, specs, jnp.dtype(dtype), source=source,
-                         shardings=_transformer_placement(cfg, mesh, plan))
-    if plan is None:
-        return params, None
-    device = (WAN_RULES.param_shardings(specs, mesh) if mesh is not None
-              else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
-    return params, OffloadedStack.from_chunk_leaves(params.pop("blocks"), device, cfg.num_layers, plan.memory)
-
-
-def _transformer_placement(cfg, mesh, plan: ChunkPlan | None):
-    """The loader's ``shardings`` for the transformer: resident shardings on the mesh (None: one
-    device), and with offloading host-memory :class:`~vidax.checkpoint.loader.LayerChunks` for the blocks."""
-    resident = None if mesh is None else WAN_RULES.sharding_fn(mesh)
-    if plan is None:
-        return resident
-    host = wan_offload.host_block_shardings(cfg, mesh, WAN_RULES,
-                                            "device" if plan.memory == "device" else host_memory_kind())
-
-    def placement(path, spec):
-        if path.startswith("blocks/"):
-            return LayerChunks(host(path, spec), plan.chunk)
-        return None if resident is None else resident(path, spec)
-
-    return placement
+                         shardings=block_placement(plan, mesh, WAN_RULES))
+    return split_blocks(params, specs, plan, mesh, WAN_RULES)
 
 
 def _local(x):
