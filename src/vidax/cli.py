@@ -41,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: the checkpoint's (UniPC for Wan, DDIM for CogVideoX; ddim/dpm are CogVideoX samplers)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
-    g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash"], default="auto",
-                   help="attention kernel; auto: cudnn on GPU, splash on TPU, chunked on CPU")
+    g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash", "cpu_flash"],
+                   default="auto", help="attention kernel; auto: cudnn on GPU, splash on TPU, cpu_flash on CPU")
     g.add_argument("--dp", type=int, default=1, help="data-parallel size (CFG halves split over it)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides the head count)")
     g.add_argument("--sp", type=int, default=1, help="sequence-parallel size (Ulysses); dp*tp*sp = device count")

@@ -23,8 +23,14 @@ Implementations:
     (``jax.experimental.pallas.ops.tpu.splash_attention``); key lengths become segment
     ids (valid keys 0, padding 1), so fully padded key blocks are skipped. On the CPU
     backend it runs in Pallas interpret mode (a correctness check, slow).
+``cpu_flash``
+    vidax's fused flash-attention kernel for the CPU backend (``core/native``, an XLA FFI
+    custom call): per (batch, head), query blocks through ``q k^T``, an online softmax and
+    ``p v`` in cache, float32 accumulation, over XLA's own thread pool. Inputs of other
+    float dtypes are computed in float32. No score bias (falls back).
 ``auto``
-    ``cudnn`` on GPU, ``splash`` on TPU, ``chunked`` elsewhere.
+    ``cudnn`` on GPU, ``splash`` on TPU, ``cpu_flash`` on CPU (``chunked`` where the native
+    module is not built), ``chunked`` elsewhere.
 
 A kernel that cannot take a call (wrong backend or dtype, a score bias splash has no
 input for, a shape cuDNN rejects) falls back to ``chunked`` with one
@@ -46,6 +52,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import AxisType, PartitionSpec
 
 from vidax.core.sharding import DATA, TENSOR
@@ -57,6 +64,7 @@ class AttentionImpl(str, enum.Enum):
     CHUNKED = "chunked"
     CUDNN = "cudnn"
     SPLASH = "splash"
+    CPU_FLASH = "cpu_flash"
 
 
 class AttentionFallbackWarning(RuntimeWarning):
@@ -85,7 +93,21 @@ def resolve_implementation(implementation: AttentionImpl | str, backend: str | N
         return AttentionImpl.CUDNN
     if backend == "tpu":
         return AttentionImpl.SPLASH
+    if backend == "cpu" and _cpu_module() is not None:
+        return AttentionImpl.CPU_FLASH
     return AttentionImpl.CHUNKED
+
+
+KERNELS = (AttentionImpl.CUDNN, AttentionImpl.SPLASH, AttentionImpl.CPU_FLASH)
+
+
+def is_kernel(implementation: AttentionImpl | str) -> bool:
+    """Whether ``implementation`` (after resolving ``auto``) is an opaque kernel call.
+
+    Kernel calls carry no varying-manual-axes types, so a ``shard_map`` around them runs with
+    ``check_vma=False``; the einsum paths keep the check.
+    """
+    return resolve_implementation(implementation) in KERNELS
 
 
 def _scores_softmax_values(q, k, v, scale, kv_lengths, bias):
@@ -137,9 +159,11 @@ def attention(
         cannot take the call and ``chunked`` runs instead.
     """
     impl = resolve_implementation(implementation)
+    if impl is AttentionImpl.CPU_FLASH and bias is not None and AttentionImpl(implementation) is AttentionImpl.AUTO:
+        impl = AttentionImpl.CHUNKED  # auto's CPU choice for a biased call (T5), without a fallback warning
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if impl in (AttentionImpl.CUDNN, AttentionImpl.SPLASH):
-        kernel = _cudnn if impl is AttentionImpl.CUDNN else _splash
+    if impl in KERNELS:
+        kernel = {AttentionImpl.CUDNN: _cudnn, AttentionImpl.SPLASH: _splash, AttentionImpl.CPU_FLASH: _cpu_flash}[impl]
         try:
             _precheck(impl, q, bias)
             return _partitioned(functools.partial(kernel, scale=scale), q, k, v, kv_lengths, bias)
@@ -211,11 +235,53 @@ def _precheck(impl: AttentionImpl, q, bias) -> None:
             raise _Refused(f"cuDNN attention needs an NVIDIA GPU (backend is {backend!r})")
         if q.dtype not in (jnp.bfloat16, jnp.float16):
             raise _Refused("cuDNN flash attention takes bfloat16 or float16 inputs")
-    else:
+    elif impl is AttentionImpl.SPLASH:
         if backend not in ("tpu", "cpu"):
             raise _Refused(f"splash attention is a Pallas TPU kernel (backend is {backend!r}; use 'cudnn' on GPUs)")
         if bias is not None:
             raise _Refused("splash attention has no input for an additive score bias")
+    else:
+        if backend != "cpu":
+            raise _Refused(f"cpu_flash is a kernel for the CPU backend (backend is {backend!r})")
+        if _cpu_module() is None:
+            raise _Refused("the native module vidax.core._attention is not built (reinstall vidax: pip install -e .)")
+        if bias is not None:
+            raise _Refused("cpu_flash has no input for an additive score bias")
+        if not jnp.issubdtype(q.dtype, jnp.floating):
+            raise _Refused(f"cpu_flash takes floating inputs, not {q.dtype}")
+
+
+# -- cpu_flash (XLA FFI) -------------------------------------------------------
+
+_CPU_TARGET = "vidax_attention_f32"
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_module():
+    """The native module, its handler registered with XLA for the CPU platform; None if not built."""
+    try:
+        from vidax.core import _attention
+    except ImportError:
+        return None
+    jax.ffi.register_ffi_target(_CPU_TARGET, _attention.handler(), platform="cpu")
+    return _attention
+
+
+def cpu_flash_isa() -> str | None:
+    """The instruction set ``cpu_flash`` runs with here (``"avx512"``, ``"avx2"``, ``"generic"``), or None if unbuilt."""
+    module = _cpu_module()
+    return None if module is None else module.isa()
+
+
+def _cpu_flash(q, k, v, kv_lengths, bias, *, scale):
+    """The fused CPU kernel (``core/native/attention_kernel.h``): float32 in, float32 out."""
+    del bias  # refused in _precheck
+    b, sk = q.shape[0], k.shape[1]
+    lengths = jnp.full((b,), sk, jnp.int32) if kv_lengths is None else kv_lengths.astype(jnp.int32)
+    call = jax.ffi.ffi_call(_CPU_TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32), vmap_method="sequential")
+    f32 = jnp.float32
+    out = call(q.astype(f32), k.astype(f32), v.astype(f32), lengths, scale=np.float32(scale))
+    return out.astype(q.dtype)
 
 
 # -- cuDNN -------------------------------------------------------------------

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from vidax.core.attention import AttentionImpl, attention, resolve_implementation
+from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import patchify, timestep_embedding
 from vidax.core.layers import gelu_tanh, layer_norm, linear
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
@@ -578,7 +578,7 @@ def run_blocks(blocks: dict, h: jax.Array, temb: jax.Array, text: jax.Array, cos
     in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], io["h"], io["temb"], io["text"],
                 None if rope is None else (table, table))
     # Pallas and cuDNN calls carry no varying-manual-axes types; the einsum paths keep the check.
-    kernel = resolve_implementation(impl) in (AttentionImpl.CUDNN, AttentionImpl.SPLASH)
+    kernel = is_kernel(impl)
     fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=io["h"], check_vma=not kernel)
     return fn(blocks, h, temb_act, text, rope)
 

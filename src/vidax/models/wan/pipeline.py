@@ -197,8 +197,9 @@ class WanPipeline:
             AdaLN tables stay float32 regardless.
           text_encoder_dtype: UMT5 dtype, float32 by default (paper Table 4 fault 2).
           vae_dtype: VAE dtype.
-          attention: attention implementation: "auto" (cuDNN on GPU, splash on TPU, chunked on
-            CPU), "xla", "chunked", "cudnn" or "splash" (:mod:`vidax.core.attention`).
+          attention: attention implementation: "auto" (cuDNN on GPU, splash on TPU, vidax's
+            fused cpu_flash kernel on CPU), "xla", "chunked", "cudnn", "splash" or "cpu_flash"
+            (:mod:`vidax.core.attention`).
           dp, tp, sp: data, tensor and sequence parallel sizes of the transformer's mesh
             (:func:`vidax.core.sharding.make_mesh`); all 1: one device, no mesh.
           devices: the mesh's devices (default all; their count must be ``dp * tp * sp``).

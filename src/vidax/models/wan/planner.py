@@ -21,8 +21,9 @@ Phases of an offloaded step, each the bytes live on one device:
 Not counted: the text encoder and the VAE (they run on the first device before and after the
 loop: pass ``reserve_bytes`` for them), the sampler's history (a few latent-sized arrays).
 
-Attention compiles as ``chunked`` on CPU (what ``auto`` resolves to there; memory O(chunk x S),
-close to a flash kernel's), unless another implementation is requested.
+Attention compiles as ``auto`` resolves it for the devices' platform (on CPU the fused ``cpu_flash``
+custom call, whose few MiB of per-thread scratch XLA's analysis does not see; ``chunked`` where the
+native module is not built), unless another implementation is requested.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from vidax.core.attention import AttentionImpl, attention, resolve_implementation
+from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import patch_embed, timestep_embedding, unpatchify
 from vidax.core.layers import gelu, gelu_tanh, layer_norm, linear
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
@@ -409,7 +409,7 @@ def run_blocks(
     tokens = io["x"]
     in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], tokens, io["ctx"], io["temb6"], io["cos"], io["sin"])
     # Pallas and cuDNN calls carry no varying-manual-axes types; the einsum paths keep the check.
-    kernel = resolve_implementation(impl) in (AttentionImpl.CUDNN, AttentionImpl.SPLASH)
+    kernel = is_kernel(impl)
     fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=tokens, check_vma=not kernel)
     return fn(blocks, x, ctx, temb6, cos, sin)
 
