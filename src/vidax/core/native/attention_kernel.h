@@ -70,54 +70,32 @@ struct Kernel {
     return y * reinterpret_cast<V&>(e);
   }
 
-  // S[r][c] = sum_d Q[r][d] * Kpanel[d][c] for MR rows and one 16-key panel.
-  static inline void qk_tile(const float* __restrict q, int64_t ldq, int64_t depth, const float* __restrict kpanel,
-                             float* __restrict s, int64_t lds) {
+  // One MR x 16 register tile of C = A B (kAccumulate: C += A B) over depth n: A[r][j] at a[r * lda + j],
+  // B[j][c] at b[j * ldb + c], C[r][c] at c[r * ldc + c]. Both matmuls of the attention are this tile:
+  // S = Q Kpanel (B a 16-key panel, ldb 16) and O += P V (B 16 columns of V's rows, ldb Dp).
+  template <bool kAccumulate>
+  static inline void tile(const float* __restrict a, int64_t lda, int64_t n, const float* __restrict b, int64_t ldb,
+                          float* __restrict c, int64_t ldc) {
     V acc[MR][NV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[r][j] = V{};
-    for (int64_t d = 0; d < depth; ++d) {
-      V kv[NV];
+      for (int j = 0; j < NV; ++j) acc[r][j] = kAccumulate ? load(c + r * ldc + j * L) : V{};
+    for (int64_t k = 0; k < n; ++k) {
+      V bv[NV];
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) kv[j] = load(kpanel + d * kTileCols + j * L);
+      for (int j = 0; j < NV; ++j) bv[j] = load(b + k * ldb + j * L);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
-        const V qv = splat(q[r * ldq + d]);
+        const V av = splat(a[r * lda + k]);
 #pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) acc[r][j] += qv * kv[j];
+        for (int j = 0; j < NV; ++j) acc[r][j] += av * bv[j];
       }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) store(s + r * lds + j * L, acc[r][j]);
-  }
-
-  // O[r][c0:c0+16] += sum_j P[r][j] * V[j][c0:c0+16] over n keys, for MR rows.
-  static inline void pv_tile(const float* __restrict p, int64_t ldp, int64_t n, const float* __restrict v, int64_t ldv,
-                             float* __restrict o, int64_t ldo) {
-    V acc[MR][NV];
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[r][j] = load(o + r * ldo + j * L);
-    for (int64_t key = 0; key < n; ++key) {
-      V vv[NV];
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) vv[j] = load(v + key * ldv + j * L);
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const V pv = splat(p[r * ldp + key]);
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) acc[r][j] += pv * vv[j];
-      }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) store(o + r * ldo + j * L, acc[r][j]);
+      for (int j = 0; j < NV; ++j) store(c + r * ldc + j * L, acc[r][j]);
   }
 
   static void head(const Problem& pr, int64_t b, int64_t h, float* scratch) {
@@ -160,8 +138,8 @@ struct Kernel {
         const int64_t cols = (valid + kTileCols - 1) / kTileCols * kTileCols;
         for (int64_t t = 0; t < tiles; ++t)
           for (int64_t c = 0; c < cols; c += kTileCols)
-            qk_tile(sc.q + t * MR * Dp, Dp, Dp, sc.k + ((k0 + c) / kTileCols) * Dp * kTileCols,
-                    sc.s + t * MR * kKeyBlock + c, kKeyBlock);
+            tile<false>(sc.q + t * MR * Dp, Dp, Dp, sc.k + ((k0 + c) / kTileCols) * Dp * kTileCols, kTileCols,
+                        sc.s + t * MR * kKeyBlock + c, kKeyBlock);
         for (int64_t i = 0; i < tiles * MR; ++i) {
           float* s = sc.s + i * kKeyBlock;
           for (int64_t c = valid; c < cols; ++c) s[c] = -std::numeric_limits<float>::infinity();
@@ -191,7 +169,7 @@ struct Kernel {
         }
         for (int64_t t = 0; t < tiles; ++t)
           for (int64_t c = 0; c < Dp; c += kTileCols)
-            pv_tile(sc.s + t * MR * kKeyBlock, kKeyBlock, valid, sc.v + k0 * Dp + c, Dp, sc.o + t * MR * Dp + c, Dp);
+            tile<true>(sc.s + t * MR * kKeyBlock, kKeyBlock, valid, sc.v + k0 * Dp + c, Dp, sc.o + t * MR * Dp + c, Dp);
       }
       for (int64_t i = 0; i < rows; ++i) {
         const float inv = 1.0f / sc.l[i];

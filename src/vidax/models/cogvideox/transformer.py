@@ -577,7 +577,7 @@ def run_blocks(blocks: dict, h: jax.Array, temb: jax.Array, text: jax.Array, cos
     table = io["cos"]
     in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], io["h"], io["temb"], io["text"],
                 None if rope is None else (table, table))
-    # Pallas and cuDNN calls carry no varying-manual-axes types; the einsum paths keep the check.
+    # Kernel calls (Pallas, cuDNN, FFI) carry no varying-manual-axes types; the einsum paths keep the check.
     kernel = is_kernel(impl)
     fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=io["h"], check_vma=not kernel)
     return fn(blocks, h, temb_act, text, rope)

@@ -408,7 +408,7 @@ def run_blocks(
     io = block_io_specs(rules, per_token=temb6.ndim == 4)
     tokens = io["x"]
     in_specs = (rules.param_specs(transformer_specs(cfg))["blocks"], tokens, io["ctx"], io["temb6"], io["cos"], io["sin"])
-    # Pallas and cuDNN calls carry no varying-manual-axes types; the einsum paths keep the check.
+    # Kernel calls (Pallas, cuDNN, FFI) carry no varying-manual-axes types; the einsum paths keep the check.
     kernel = is_kernel(impl)
     fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=tokens, check_vma=not kernel)
     return fn(blocks, x, ctx, temb6, cos, sin)
