@@ -7,6 +7,8 @@ resident memory is its own, with its files already in the page cache (a warm rea
 every file first, the other format's files evicted), loading fp32 source weights into bf16:
 
 - ``vidax-safetensors``: ``load_params`` over the sharded safetensors, placed on the device.
+- ``vidax-safetensors-portable``: the same with the native helper's portable kernel instead of its
+  AVX2 one (``VIDAX_CONVERT_ISA=portable``): what the AVX2 transpose-cast buys.
 - ``vidax-pth``: the same from the ``.pth`` file (read without torch).
 - ``diffusers``: ``WanTransformer3DModel.from_pretrained(..., torch_dtype=bfloat16)``.
 - ``torch.load``: ``torch.load(mmap=True, weights_only=True)`` then ``.to(bfloat16)`` per tensor.
@@ -117,7 +119,7 @@ def worker(name: str) -> dict:
         specs, keymap = transformer_specs(cfg), transformer_keymap_diffusers(cfg)
         jnp.zeros(1).block_until_ready()  # backend start-up is not loading
         base_rss = _rss()
-        src = CACHE / ("diffusers" if name == "vidax-safetensors" else "model.pth")
+        src = CACHE / ("model.pth" if name == "vidax-pth" else "diffusers")
         t0 = time.perf_counter()
         reader = CheckpointReader(src)
         params = load_params(reader, keymap, specs, jnp.bfloat16)
@@ -191,7 +193,7 @@ def main(argv=None) -> int:
     build_cache()
     files = sorted((CACHE / "diffusers").glob("*.safetensors")) + [CACHE / "model.pth"]
     source_bytes = sum(f.stat().st_size for f in files[:-1])
-    names = args.only or ["vidax-safetensors", "vidax-pth", "diffusers", "torch.load"]
+    names = args.only or ["vidax-safetensors", "vidax-safetensors-portable", "vidax-pth", "diffusers", "torch.load"]
     runs: dict[str, list[dict]] = {n: [] for n in names}
     st_files, pth_files = files[:-1], files[-1:]
     for _ in range(args.repeats):
@@ -201,7 +203,9 @@ def main(argv=None) -> int:
             _evict(other)
             _warm(own)
             free = _mem_free()
-            r = subprocess.run([sys.executable, "-m", "bench.load", "--worker", n], cwd=ROOT, capture_output=True, text=True)
+            env = {**os.environ, "VIDAX_CONVERT_ISA": "portable" if n.endswith("-portable") else ""}
+            r = subprocess.run([sys.executable, "-m", "bench.load", "--worker", n], cwd=ROOT, capture_output=True, text=True,
+                               env=env)
             if r.returncode:
                 runs[n].append({"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"})
                 print(f"{n}: failed: {runs[n][-1]['error']}", file=sys.stderr)
@@ -262,8 +266,14 @@ def _write_markdown(rec: dict) -> None:
         ratio = v["median_s"] / d["median_s"]
         lines += ["", f"vidax/diffusers load time: **{ratio:.2f}x**; largest single tensor {v['largest_tensor_mib']:.0f} MiB. "
                   f"Target (issue 3): at least 2x faster than diffusers, i.e. <= 0.5x: {'met' if ratio <= 0.5 else 'missed'}."]
+    p = s.get("vidax-safetensors-portable", {})
+    if "median_s" in v and "median_s" in p:
+        lines += ["", f"The native helper's AVX2 kernel against its portable one (`vidax-safetensors-portable`, "
+                  f"`VIDAX_CONVERT_ISA=portable`), same run: **{v['median_s'] / p['median_s']:.2f}x** the load time."]
     lines += ["", "`torch.load` then `.to(bfloat16)` is a pure cast: it keeps PyTorch's `(out, in)` layout, which "
-              "vidax transposes to `(in, out)` while casting (docs/design.md, \"Tried and dropped: an AVX2 transpose\")."]
+              "vidax transposes to `(in, out)` while casting (docs/design.md, \"An AVX2 transpose-cast\"). Every "
+              "converting loader also pays the first touch of its fresh buffers (page faults); on this VM that alone "
+              "runs at about 1.4 GB/s (docs/benchmarks.md, \"Checkpoint transpose-cast\")."]
     lines += ["", "RSS counts the page-cache pages of the mapped files that a loader touched; on the CPU backend the "
               "loaded weights themselves are host memory, so the last column is the loader's own overhead plus touched file pages."]
     replace_section("## Checkpoint loading", "\n".join(lines) + "\n")

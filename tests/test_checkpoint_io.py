@@ -148,6 +148,72 @@ def test_native_and_numpy_conversion_equal_ml_dtypes_bit_for_bit(src_dtype, dst_
                 np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), ref.view(f"u{ref.itemsize}"))
 
 
+def _cpu_has_avx2() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx2" in flags and "f16c" in flags
+
+
+@pytest.mark.parametrize("src_dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dst_dtype", [np.float32, ml_dtypes.bfloat16])
+def test_native_kernels_equal_the_reference_on_every_edge(src_dtype, dst_dtype):
+    """Both native kernels (AVX2 where the CPU has it, and the portable one) write exactly the reference
+    transpose-cast: shapes with and without whole 8 x 8 blocks and 64-byte destination lines, row ranges
+    starting off a multiple of 8 (no streaming stores), a destination one element off alignment, conv
+    kernels (volume > 1: source column i * volume + k lands in row k * I + i), and nothing outside the
+    row range is written."""
+    from vidax.checkpoint import _convert
+
+    if _cpu_has_avx2():
+        assert _convert.isa() == "avx2", "the AVX2 kernel was not built into vidax.checkpoint._convert"
+    rng = np.random.default_rng(3)
+    cases = [  # (rows, cols, volume, lo, hi)
+        (64, 48, 1, 0, 64), (96, 40, 1, 32, 96), (70, 37, 1, 0, 70), (70, 37, 1, 3, 61), (33, 8, 1, 0, 33),
+        (8, 1, 1, 0, 8), (1, 9, 1, 0, 1), (48, 5 * 27, 27, 0, 48), (40, 3 * 27, 27, 8, 40), (37, 7 * 9, 9, 5, 30),
+    ]
+    itemsize = np.dtype(dst_dtype).itemsize
+    bits = f"u{itemsize}"
+    for rows, cols, volume, lo, hi in cases:
+        src = (rng.standard_normal((rows, cols)) * 10).astype(np.float32)
+        src.flat[:6] = [np.nan, np.inf, -np.inf, -0.0, 1e-40, 3.3895314e38]
+        src.flat[6:9] = [1.00390625, 1.01171875, -1.00390625]  # bf16 ties: round half to even
+        src = src.astype(src_dtype)
+        # reference: column i * volume + k of rows lo:hi -> row k * I + i, columns lo:hi
+        inner = cols // volume
+        want = np.full((cols, rows), 0x5A5A, np.dtype(bits)).view(dst_dtype)
+        moved = src[lo:hi].reshape(hi - lo, inner, volume).transpose(2, 1, 0).reshape(cols, hi - lo)
+        want[:, lo:hi] = moved.astype(dst_dtype)
+        for simd in (True, False):
+            for offset in (0, 1):  # an aligned buffer, and one element past alignment
+                raw = np.empty(rows * cols + 64 // itemsize, dst_dtype)
+                start = (-raw.ctypes.data % 64) // itemsize + offset
+                out = raw[start : start + rows * cols].reshape(cols, rows)
+                out.view(bits)[...] = 0x5A5A
+                s = src.view(np.uint16) if src.dtype == ml_dtypes.bfloat16 else src
+                o = out.view(np.uint16) if out.dtype == ml_dtypes.bfloat16 else out
+                _convert.transpose_cast(s, o, lo, hi, out.dtype == ml_dtypes.bfloat16, volume, simd)
+                np.testing.assert_array_equal(
+                    out.view(bits), want.view(bits), err_msg=f"{rows}x{cols} volume {volume} rows {lo}:{hi} simd {simd} offset {offset}")
+    with pytest.raises(ValueError, match="volume must divide"):
+        _convert.transpose_cast(np.zeros((4, 6), np.float32), np.zeros((6, 4), np.float32), 0, 4, False, 4)
+
+
+def test_convert_isa_environment_variable_selects_the_portable_kernel():
+    """``VIDAX_CONVERT_ISA=portable`` (bench.load's comparison) switches the loader off the AVX2 kernel."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from vidax.checkpoint import loader; print(loader._SIMD)"
+    for value, want in (("portable", "False"), ("", "True")):
+        env = {**os.environ, "VIDAX_CONVERT_ISA": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want
+
+
 def _vm_flags(address: int) -> list[str]:
     """The kernel's VmFlags of the mapping holding ``address`` (/proc/self/smaps)."""
     inside = False

@@ -169,6 +169,10 @@ except ImportError:  # e.g. running from a source tree without a build
 # contiguously and then transposed at the bit level stay in cache (~2 GB/s per core).
 _TILE_ROWS = 256
 _TASK_BYTES = 16 << 20
+# Task boundaries fall on multiples of this many rows: the native kernel writes whole 64-byte lines
+# of the destination from 16 (float32) or 32 (bfloat16) source rows at a time, with streaming stores
+# where a task starts on a multiple of 8 rows (native/convert_avx2.cpp).
+_TASK_ROW_MULTIPLE = 32
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -177,18 +181,23 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+# ``VIDAX_CONVERT_ISA=portable`` keeps the native helper on its portable kernel where the CPU has AVX2
+# (bench.load measures both; the outputs are bit-identical).
+_SIMD = os.environ.get("VIDAX_CONVERT_ISA", "").lower() != "portable"
 _NATIVE_SOURCES = (np.dtype(np.float32), np.dtype(np.float16), _BF16)
 _NATIVE_TARGETS = (np.dtype(np.float32), _BF16)
 
 
-def _native_transpose(src: np.ndarray, out: np.ndarray, lo: int, hi: int) -> bool:
-    """Transpose-cast rows ``lo:hi`` with the native helper if it is built and applies."""
+def _native_transpose(src: np.ndarray, out: np.ndarray, lo: int, hi: int, volume: int = 1) -> bool:
+    """Transpose-cast rows ``lo:hi`` of ``src`` ``(R, C)`` into ``out`` ``(C, R)`` natively, if the helper is built
+    and applies. ``volume > 1``: ``src`` is a conv kernel ``(O, I * volume)`` and ``out`` receives it as
+    ``(volume, I, O)`` (native/convert.h)."""
     if (_native is None or src.dtype not in _NATIVE_SOURCES or out.dtype not in _NATIVE_TARGETS
             or not src.flags.c_contiguous or not out.flags.c_contiguous):
         return False
     s = src.view(np.uint16) if src.dtype == _BF16 else src
     o = out.view(np.uint16) if out.dtype == _BF16 else out
-    _native.transpose_cast(s, o, lo, hi, out.dtype == _BF16)
+    _native.transpose_cast(s, o, lo, hi, out.dtype == _BF16, volume, _SIMD)
     return True
 
 
@@ -215,26 +224,22 @@ def _convert_rows(src: np.ndarray, layout: str, out: np.ndarray, lo: int, hi: in
 def _native_conv(src: np.ndarray, out: np.ndarray, lo: int, hi: int) -> bool:
     """Output channels ``lo:hi`` of a PyTorch conv kernel ``(O, I, *K)`` into ours ``(*K, I, O)``, natively.
 
-    Those rows, viewed as an ``(hi - lo, I*K)`` matrix, are transposed (and cast) by the native helper
-    into ``(I*K, hi - lo)`` = ``(I, K, hi - lo)``, whose ``(I, K)`` axes are then swapped while writing
-    ``out[..., lo:hi]`` (runs of ``hi - lo`` contiguous elements). NumPy's strided 5-D transpose runs at
-    ~0.3 GB/s here: the 2.7 GB Wan2.2 VAE took 10 s to load.
+    The kernel viewed as an ``(O, I * volume)`` matrix is transposed (and cast) by the native helper
+    straight into ``out`` viewed as ``(volume * I, O)``: source column ``i * volume + k`` lands in
+    destination row ``k * I + i``. NumPy's strided 5-D transpose runs at ~0.3 GB/s here: the 2.7 GB
+    Wan2.2 VAE took 10 s to load.
     """
-    if src.ndim < 3 or not src.flags.c_contiguous:
+    if src.ndim < 3 or not src.flags.c_contiguous or not out.flags.c_contiguous:  # (a reshape would copy)
         return False
     o, i = src.shape[:2]
-    k = int(np.prod(src.shape[2:], dtype=np.int64))
-    tmp = np.empty((i * k, hi - lo), out.dtype)
-    if not _native_transpose(src.reshape(o, i * k)[lo:hi], tmp, 0, hi - lo):
-        return False
-    _bits(out.reshape(k, i, o))[:, :, lo:hi] = _bits(tmp.reshape(i, k, hi - lo)).transpose(1, 0, 2)
-    return True
+    volume = int(np.prod(src.shape[2:], dtype=np.int64))
+    return _native_transpose(src.reshape(o, i * volume), out.reshape(volume * i, o), lo, hi, volume)
 
 
 def _tasks(src: np.ndarray, layout: str, out: np.ndarray) -> list[tuple]:
     rows = src.shape[0] if src.ndim and layout in ("linear", "none", "conv2d", "conv3d") else 1
     row_bytes = max(1, src.nbytes // max(rows, 1))
-    step = max(1, _TASK_BYTES // row_bytes)
+    step = -(-max(1, _TASK_BYTES // row_bytes) // _TASK_ROW_MULTIPLE) * _TASK_ROW_MULTIPLE
     return [(src, layout, out, lo, min(rows, lo + step)) for lo in range(0, rows, step)]
 
 
