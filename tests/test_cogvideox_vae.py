@@ -81,9 +81,12 @@ def test_chunks_reuse_one_program_and_cache_is_explicit(tiny):
     assert chunks == [(0, 3), (3, 5), (5, 7)]
     cache, outs, shapes = None, [], []
     for a, b in chunks:
+        previous = cache
         y, cache = cv.decode_chunk(params, cfg, z[:, :, a:b], cache)
         outs.append(y)
         shapes.append(jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), cache))
+        if previous is not None:  # donated: the old cache's buffers went to the new one
+            assert all(x.is_deleted() for x in jax.tree.leaves(previous))
     assert shapes[0] == shapes[1] == shapes[2]
     np.testing.assert_array_equal(np.concatenate(outs, axis=2), np.asarray(cv.decode(params, cfg, z)))
     if hasattr(cv.decode_chunk, "_cache_size"):

@@ -91,9 +91,12 @@ def test_chunked_decode_matches_reference(tiny):
         ref = model.decode(torch.from_numpy(z)).sample.numpy()
     cache, outs, cache_shapes = None, [], []
     for i in range(z.shape[2]):
+        previous = cache
         y, cache = decode_chunk(params, cfg, jnp.asarray(z[:, :, i : i + 1]), cache)
         outs.append(np.asarray(y))
         cache_shapes.append(jax.tree_util.tree_map(lambda a: (a.shape, a.dtype), cache))
+        if previous is not None:  # donated: the old cache's buffers went to the new one
+            assert all(a.is_deleted() for a in jax.tree.leaves(previous))
     assert [o.shape[2] for o in outs] == [1, 4, 4]
     assert cache_shapes[0] == cache_shapes[1] == cache_shapes[2]
     assert _rel(np.concatenate(outs, axis=2), ref) < 1e-5

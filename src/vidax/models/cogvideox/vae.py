@@ -357,7 +357,7 @@ def _compute_dtype(params: dict):
     return params["decoder"]["conv_in"]["conv"]["kernel"].dtype
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
 def encode_chunk(params: dict, cfg: CogVideoXVAEConfig, x: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One ``CogVideoXEncoder3D`` call with its convolution cache; jitted.
 
@@ -366,6 +366,8 @@ def encode_chunk(params: dict, cfg: CogVideoXVAEConfig, x: jax.Array, cache: dic
       cfg: static configuration.
       x: video frames ``(B, in_channels, t, H, W)`` of one chunk (see :func:`encode_chunks`).
       cache: ``None`` for the first chunk, else the cache the previous call returned.
+        Donated: its buffers are reused for the new cache, so it is deleted by the call; pass each
+        cache once.
 
     Returns:
       ``(moments, cache)``: ``moments (B, 2 * latent_channels, t', H/8, W/8)`` in the compute
@@ -376,7 +378,7 @@ def encode_chunk(params: dict, cfg: CogVideoXVAEConfig, x: jax.Array, cache: dic
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
 def decode_chunk(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One ``CogVideoXDecoder3D`` call with its convolution cache; jitted.
 
@@ -387,6 +389,8 @@ def decode_chunk(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, cache: dic
         already divided by the scaling factor.
       cache: ``None`` for the first chunk, else the cache the previous call returned. All calls
         after the first share one compiled program per tile shape.
+        Donated: its buffers are reused for the new cache, so it is deleted by the call; pass each
+        cache once.
 
     Returns:
       ``(video, cache)``: float32 ``video (B, out_channels, t_out, 8h, 8w)`` (not clamped, as the

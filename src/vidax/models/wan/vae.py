@@ -834,7 +834,7 @@ def _compute_dtype(params: dict):
     return params["decoder"]["conv_in"]["kernel"].dtype
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
 def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One encoder step (``WanEncoder3d`` with its feature cache, then ``quant_conv``); jitted.
 
@@ -845,6 +845,8 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
         first frame alone (``t = 1``) for the first chunk, then ``t = 4`` frames per chunk, as the
         reference's ``_encode``.
       cache: ``None`` for the first chunk, else the cache returned by the previous call.
+        Donated: its buffers are reused for the new cache (at 480p the Wan2.1 decoder's cache is 1.8 GiB),
+        so it is deleted by the call; pass each cache once.
 
     Returns:
       ``(moments, cache)``: ``moments (B, 2*z_dim, t', H/s, W/s)`` (``s`` = ``spatial_compression``:
@@ -858,7 +860,7 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
+@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
 def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One decoder step (``post_quant_conv``, then ``WanDecoder3d`` with its feature cache); jitted.
 
@@ -869,6 +871,8 @@ def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | No
       cache: ``None`` for the first latent frame (the reference's ``first_chunk``), else
         the cache returned by the previous call. All calls after the first share one
         compiled program.
+        Donated: its buffers are reused for the new cache (at 480p the Wan2.1 decoder's cache is 1.8 GiB),
+        so it is deleted by the call; pass each cache once.
 
     Returns:
       ``(video, cache)``: ``video (B, video_channels, t, s h, s w)`` float32 clamped to
