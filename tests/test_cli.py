@@ -102,3 +102,60 @@ def test_make_demo_writes_requested_video(tmp_path):
     frames, fps = read_video(tmp_path / "out" / "demo.mp4")
     assert frames.shape == (17, 128, 128, 3) and fps == 16
     assert json.loads((tmp_path / "out" / "demo-metrics.json").read_text())["num_frames"] == 17
+
+
+def test_compile_cache_directory_resolution(monkeypatch, tmp_path):
+    """``--compile-cache`` > ``VIDAX_COMPILE_CACHE`` (off values disable) > ``$XDG_CACHE_HOME/vidax/jax`` >
+    ``~/.cache/vidax/jax``; ``--no-compile-cache`` and an unusable directory leave the cache off."""
+    from vidax.cli import _parser, enable_compile_cache
+    from vidax.core import compile_cache
+
+    monkeypatch.delenv("VIDAX_COMPILE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compile_cache.default_dir() == tmp_path / "xdg" / "vidax" / "jax"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert compile_cache.default_dir() == tmp_path / "home" / ".cache" / "vidax" / "jax"
+    monkeypatch.setenv("VIDAX_COMPILE_CACHE", str(tmp_path / "mine"))
+    assert compile_cache.default_dir() == tmp_path / "mine"
+    for off in ("off", "0", "", "None"):
+        monkeypatch.setenv("VIDAX_COMPILE_CACHE", off)
+        assert compile_cache.default_dir() is None and compile_cache.enable() is None
+    args = _parser().parse_args(["generate", "--checkpoint", "x", "--prompt", "p", "--no-compile-cache",
+                                 "--compile-cache", str(tmp_path / "unused")])
+    assert enable_compile_cache(args) is None and not (tmp_path / "unused").exists()
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.warns(RuntimeWarning, match="unusable.*compiling without it"):
+        assert compile_cache.enable(blocked / "cache") is None
+
+
+def test_second_generate_loads_its_programs_from_the_compile_cache(ckpt, tmp_path):
+    """Two `vidax generate` processes with one --compile-cache: the first writes the compiled programs,
+    the second reads them back (JAX's cache-hit events) and writes the same video."""
+    script = """
+import sys, jax
+hits = []
+jax.monitoring.register_event_listener(lambda event, **kw: hits.append(1) if event == "/jax/compilation_cache/cache_hits" else None)
+from vidax.cli import main
+code = main(sys.argv[1:])
+print("HITS", len(hits))
+sys.exit(code)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "VIDAX_COMPILE_CACHE"}
+    cache = tmp_path / "cc"
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.mp4"
+        args = ["generate", "--checkpoint", str(ckpt), "--prompt", "a cat", "--height", "32", "--width", "48",
+                "--num-frames", "5", "--steps", "2", "--dtype", "float32", "--no-progress", "--out", str(out),
+                "--compile-cache", str(cache)]
+        r = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs.append((int(r.stdout.split("HITS")[-1]), read_video(out)[0]))
+        if name == "first":
+            written = sorted(p.name for p in cache.iterdir())
+            assert written, "the first run wrote no compiled program"
+    (first_hits, first_frames), (second_hits, second_frames) = runs
+    assert first_hits == 0 and second_hits >= 3  # at least the step, the text encoder and a VAE chunk program
+    assert (first_frames == second_frames).all()

@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
     g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--compile-cache", default=None, metavar="DIR",
+                   help="keep compiled programs here for later runs (default: $VIDAX_COMPILE_CACHE, else "
+                        "$XDG_CACHE_HOME/vidax/jax or ~/.cache/vidax/jax)")
+    g.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh, write no cache")
 
     i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
     i.add_argument("path", help="a Wan or CogVideoX checkpoint folder (any layout), a component folder, or a weights file")
@@ -201,9 +205,18 @@ def generate_cogvideox(args) -> int:
     return 0
 
 
+def enable_compile_cache(args):
+    """JAX's persistent compilation cache for this run (:mod:`vidax.core.compile_cache`), unless
+    ``--no-compile-cache``; returns the directory in use or ``None``."""
+    from vidax.core import compile_cache
+
+    return None if args.no_compile_cache else compile_cache.enable(args.compile_cache)
+
+
 def generate(args) -> int:
     from vidax.models.wan.pipeline import WanPipeline, check_checkpoint_dir, check_inputs
 
+    enable_compile_cache(args)
     if _is_cogvideox(args):
         return generate_cogvideox(args)
 
