@@ -120,6 +120,36 @@ def test_conv3d_matches_torch(kernel, strides, padding):
     assert _rel(out, ref.permute(0, 2, 3, 4, 1).numpy()) < 1e-5
 
 
+def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
+    """The VAEs' chunk functions are ``conv_jit`` programs: on the CPU backend their compilation carries
+    ``CPU_CONV_COMPILER_OPTIONS`` (YNNPACK fusions off), and a conv_jit program computes what ``jax.jit``
+    computes (torch's Conv3d, as the test above), keeping static and donated arguments."""
+    import jax
+
+    from vidax.core.layers import CPU_CONV_COMPILER_OPTIONS, conv3d, conv_jit
+    from vidax.models.cogvideox import vae as cog_vae
+    from vidax.models.wan import vae as wan_vae
+
+    for fn in (wan_vae.encode_chunk, wan_vae.decode_chunk, cog_vae.encode_chunk, cog_vae.decode_chunk):
+        assert isinstance(fn, conv_jit), fn
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((1, 5, 9, 10, 6), dtype=np.float32))
+    p = {"kernel": jnp.asarray(rng.standard_normal((3, 3, 3, 6, 7), dtype=np.float32)), "bias": jnp.zeros(7)}
+
+    @conv_jit(static_argnames=("scale",), donate_argnames=("y",))
+    def f(p, x, y, scale):
+        return conv3d(p, x) * scale + y
+
+    y = jnp.ones((1, 3, 7, 8, 7))
+    want = jax.jit(lambda p, x: conv3d(p, x) * 2.0 + 1.0)(p, x)
+    lowered = f.lower(p, x, y, scale=2.0)
+    # jax keeps a compilation's options on its lowering (a private field; if a JAX upgrade moves it, find it again)
+    assert dict(lowered._lowering._compiler_options_kvs) == CPU_CONV_COMPILER_OPTIONS
+    got = f(p, x, y, scale=2.0)
+    assert y.is_deleted()  # donated
+    assert _rel(got, np.asarray(want)) < 1e-6
+
+
 def test_on_demand_frees_and_reloads():
     """OnDemand: freed after use unless kept (its device buffers deleted), reloaded by the loader on the next get."""
     import jax

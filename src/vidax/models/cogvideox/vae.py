@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint.keymap import Rule, conv, norm
-from vidax.core.layers import conv3d
+from vidax.core.layers import conv3d, conv_jit
 from vidax.core.params import ParamSpec, SpecTree, unflatten
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 
@@ -357,7 +357,7 @@ def _compute_dtype(params: dict):
     return params["decoder"]["conv_in"]["conv"]["kernel"].dtype
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
 def encode_chunk(params: dict, cfg: CogVideoXVAEConfig, x: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One ``CogVideoXEncoder3D`` call with its convolution cache; jitted.
 
@@ -378,7 +378,7 @@ def encode_chunk(params: dict, cfg: CogVideoXVAEConfig, x: jax.Array, cache: dic
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
 def decode_chunk(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One ``CogVideoXDecoder3D`` call with its convolution cache; jitted.
 

@@ -64,7 +64,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core.attention import attention
-from vidax.core.layers import conv3d, linear
+from vidax.core.layers import conv3d, conv_jit, linear
 from vidax.core.params import ParamSpec, SpecTree, unflatten
 
 # ---------------------------------------------------------------------------------------------
@@ -834,7 +834,7 @@ def _compute_dtype(params: dict):
     return params["decoder"]["conv_in"]["kernel"].dtype
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
 def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One encoder step (``WanEncoder3d`` with its feature cache, then ``quant_conv``); jitted.
 
@@ -860,7 +860,7 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",), donate_argnames=("cache",))
+@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
 def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
     """One decoder step (``post_quant_conv``, then ``WanDecoder3d`` with its feature cache); jitted.
 
