@@ -48,3 +48,12 @@ def replace_section(heading: str, body: str, path: Path = DOCS) -> None:
     tmp = path.with_suffix(".md.part")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def publish(lines: list[str], write: bool = True) -> str:
+    """Print a section (``lines[0]`` is its ``## heading``) and, if ``write``, put it into docs/benchmarks.md."""
+    text = "\n".join(lines)
+    print(text)
+    if write:
+        replace_section(lines[0], text)
+    return text

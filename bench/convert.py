@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 
-from bench._report import machine, replace_section, versions
+from bench._report import machine, publish, versions
 
 # name, source shape, layout, source dtype, destination dtype
 CASES = [
@@ -130,10 +130,7 @@ def main(argv=None) -> int:
         lines.append(f"| {name} | {s} -> {d} | " + " | ".join(cells) + " |")
     lines += ["", "The loader runs these per row range on a thread pool (`vidax.checkpoint.loader.convert_all`); "
               "docs/design.md, 'Checkpoint translation', says why the kernel is shaped as it is.", ""]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        replace_section("## Checkpoint transpose-cast", text)
+    publish(lines, write=not args.no_write)
     return 0
 
 

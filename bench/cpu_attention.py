@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 
-from bench._report import machine, replace_section, versions
+from bench._report import machine, publish, versions
 
 SHAPES = [  # name, B, Sq, Sk, H, D
     ("Wan2.1 self, 1280 tokens", 2, 1280, 1280, 12, 128),
@@ -97,10 +97,7 @@ def main(argv=None) -> int:
             f"{t['chunked'][0] / t['sdpa'][0]:.2f}x | {err['cpu_flash']:.1e} / {err['chunked']:.1e} |")
     lines += ["", "`cpu_flash` is vidax's fused kernel (`src/vidax/core/native`, docs/design.md); `chunked` the einsum "
               "path it replaces as the CPU default; the pipelines' steps run whichever `auto` resolves to.", ""]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        replace_section("## Attention on CPU", text)
+    publish(lines, write=not args.no_write)
     return 0
 
 

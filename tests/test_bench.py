@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module", ["bench.compare", "bench.compile_study", "bench.gpu_step", "bench.cpu_attention", "bench._report"])
+@pytest.mark.parametrize("module", ["bench.compare", "bench.compile_study", "bench.gpu_step", "bench.cpu_attention", "bench.convert",
+                                    "bench.load", "bench._report"])
 def test_bench_scripts_import(module):
     importlib.import_module(module)
 
