@@ -121,17 +121,17 @@ def test_conv3d_matches_torch(kernel, strides, padding):
 
 
 def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
-    """The VAEs' chunk functions are ``conv_jit`` programs: on the CPU backend their compilation carries
+    """The VAEs' chunk functions are ``conv_jit`` programs (``ConvProgram``): on the CPU backend their compilation carries
     ``CPU_CONV_COMPILER_OPTIONS`` (YNNPACK fusions off), and a conv_jit program computes what ``jax.jit``
     computes (torch's Conv3d, as the test above), keeping static and donated arguments."""
     import jax
 
-    from vidax.core.layers import CPU_CONV_COMPILER_OPTIONS, conv3d, conv_jit
+    from vidax.core.layers import CPU_CONV_COMPILER_OPTIONS, ConvProgram, conv3d, conv_jit
     from vidax.models.cogvideox import vae as cog_vae
     from vidax.models.wan import vae as wan_vae
 
     for fn in (wan_vae.encode_chunk, wan_vae.decode_chunk, cog_vae.encode_chunk, cog_vae.decode_chunk):
-        assert isinstance(fn, conv_jit), fn
+        assert isinstance(fn, ConvProgram), fn
     rng = np.random.default_rng(4)
     x = jnp.asarray(rng.standard_normal((1, 5, 9, 10, 6), dtype=np.float32))
     p = {"kernel": jnp.asarray(rng.standard_normal((3, 3, 3, 6, 7), dtype=np.float32)), "bias": jnp.zeros(7)}

@@ -23,23 +23,24 @@ import jax.numpy as jnp
 CPU_CONV_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
-class conv_jit:  # noqa: N801  (used as a decorator, like jax.jit)
-    """``jax.jit`` for convolution-heavy programs (the VAEs' chunk functions).
+def conv_jit(**jit_kwargs):
+    """``jax.jit`` for convolution-heavy programs (the VAEs' chunk functions), as a decorator.
 
-    On the CPU backend the program compiles with :data:`CPU_CONV_COMPILER_OPTIONS`; on other
-    backends as plain ``jax.jit``. The backend is read at the first call, not at import (a
-    multi-host run initialises ``jax.distributed`` before any backend starts). Attributes such as
-    ``lower`` and ``_cache_size`` are those of the backend's ``jax.jit`` object.
-
-    Usage: ``@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))``.
+    Usage: ``@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))``; the keywords are
+    ``jax.jit``'s. Returns a decorator making a :class:`ConvProgram`.
     """
+    return lambda fun: ConvProgram(fun, jit_kwargs)
 
-    def __init__(self, fun=None, **jit_kwargs):
-        self._jit_kwargs = jit_kwargs
-        self._by_backend: dict[str, object] = {}
-        self._fun = fun
-        if fun is not None:
-            functools.update_wrapper(self, fun)
+
+class ConvProgram:
+    """A function jitted per backend: on CPU with :data:`CPU_CONV_COMPILER_OPTIONS`, elsewhere as plain
+    ``jax.jit``. The backend is read at the first call, not at import (a multi-host run initialises
+    ``jax.distributed`` before any backend starts). Other attributes (``lower``, ``_cache_size``) are
+    those of the backend's ``jax.jit`` object."""
+
+    def __init__(self, fun, jit_kwargs: dict):
+        self._fun, self._jit_kwargs, self._by_backend = fun, dict(jit_kwargs), {}
+        functools.update_wrapper(self, fun)
 
     def _jitted(self):
         backend = jax.default_backend()
@@ -49,13 +50,10 @@ class conv_jit:  # noqa: N801  (used as a decorator, like jax.jit)
         return self._by_backend[backend]
 
     def __call__(self, *args, **kwargs):
-        if self._fun is None:  # @conv_jit(...) form: this call receives the function
-            (fun,) = args
-            return conv_jit(fun, **self._jit_kwargs)
         return self._jitted()(*args, **kwargs)
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_fun", "_jit_kwargs", "_by_backend"):
+        if name.startswith("__") or name in ("_fun", "_jit_kwargs", "_by_backend"):  # (not set yet: no recursion)
             raise AttributeError(name)
         return getattr(self._jitted(), name)
 
