@@ -61,28 +61,23 @@ def main(argv=None) -> int:
         tdt = getattr(torch, dst_name)
         perm = (1, 0) if layout == "linear" else (2, 3, 4, 1, 0)
 
-        def native(simd, dst=None):
+        def loader_path(native=True, simd=True, dst=None):
+            """The loader's own row conversion (``_convert_rows``), on the native kernel asked for or NumPy."""
             o = out if dst is None else dst
-            s = src.view(np.uint16) if src_dt == np.dtype(ml_dtypes.bfloat16) else src
-            d = o.view(np.uint16) if dst_dt == np.dtype(ml_dtypes.bfloat16) else o
-            volume = int(np.prod(shape[2:], dtype=np.int64))
-            _convert.transpose_cast(s.reshape(shape[0], -1), d.reshape(-1, shape[0]), 0, shape[0], dst_dt.itemsize == 2, volume, simd)
+            saved = loader._native, loader._SIMD
+            loader._native, loader._SIMD = (saved[0] if native else None), simd
+            try:
+                loader._convert_rows(src, layout, o, 0, shape[0])
+            finally:
+                loader._native, loader._SIMD = saved
             return o
 
-        def numpy_path():
-            saved, loader._native = loader._native, None
-            try:
-                loader._convert_rows(src, layout, out, 0, shape[0])
-            finally:
-                loader._native = saved
-            return out
-
         runs = {
-            "avx2": lambda: native(True),
-            "portable": lambda: native(False),
-            "numpy": numpy_path,
+            "avx2": lambda: loader_path(simd=True),
+            "portable": lambda: loader_path(simd=False),
+            "numpy": lambda: loader_path(native=False),
             "torch": lambda: tsrc.permute(*perm).contiguous().to(tdt),
-            "avx2, fresh destination": lambda: native(True, loader.aligned_empty(want.shape, dst_dt)),
+            "avx2, fresh destination": lambda: loader_path(dst=loader.aligned_empty(want.shape, dst_dt)),
         }
         if _convert.isa() != "avx2":
             runs.pop("avx2"), runs.pop("avx2, fresh destination")
