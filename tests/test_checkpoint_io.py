@@ -115,6 +115,34 @@ def test_block_index_past_the_model_is_unexpected():
         load_params(DictReader(sd), km, specs)
 
 
+def test_parts_read_only_their_tensors_and_still_check_the_whole_checkpoint():
+    """``load_params(parts=...)`` (a VAE's decoder side): only those subtrees are read and returned, yet a
+    checkpoint that does not match the whole model still raises, and an unknown part is named."""
+    rng = np.random.default_rng(0)
+    sd = {f"{m}.fc.{n}": rng.standard_normal(s).astype(np.float32)
+          for m in ("enc", "dec") for n, s in (("weight", (4, 3)), ("bias", (4,)))}
+    km = KeyMap(rules(linear("enc.fc", "encoder/fc"), linear("dec.fc", "decoder/fc")))
+    specs = {m: {"fc": {"kernel": ParamSpec((3, 4)), "bias": ParamSpec((4,))}} for m in ("encoder", "decoder")}
+
+    class Recording(DictReader):
+        read: list = []
+
+        def get(self, key):
+            self.read.append(key)
+            return super().get(key)
+
+    reader = Recording(sd)
+    p = load_params(reader, km, specs, np.float32, place=False, parts=("decoder",))
+    assert list(p) == ["decoder"] and sorted(reader.read) == ["dec.fc.bias", "dec.fc.weight"]
+    np.testing.assert_array_equal(p["decoder"]["fc"]["kernel"], sd["dec.fc.weight"].T)
+    with pytest.raises(CheckpointError, match="stray"):
+        load_params(DictReader({**sd, "stray": np.zeros(1, np.float32)}), km, specs, parts=("decoder",))
+    with pytest.raises(CheckpointError, match="enc.fc.bias"):
+        load_params(DictReader({k: v for k, v in sd.items() if k != "enc.fc.bias"}), km, specs, parts=("decoder",))
+    with pytest.raises(ValueError, match=r"parts \['dcoder'\] are not top-level parts"):
+        load_params(DictReader(sd), km, specs, parts=("dcoder",))
+
+
 @pytest.mark.parametrize("src_dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("dst_dtype", [np.float32, ml_dtypes.bfloat16])
 def test_native_and_numpy_conversion_equal_ml_dtypes_bit_for_bit(src_dtype, dst_dtype, monkeypatch):

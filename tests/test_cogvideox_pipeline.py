@@ -101,6 +101,8 @@ def test_frames_match_diffusers_after_4_steps(pipes, variant, sampler, dynamic, 
     assert np.abs(out.frames - ref).max() < 2 / 255
     assert ref.std() > 0.05  # the comparison is not vacuous: the frames vary
     assert out.fps == (16 if variant == "1.5" else 8)
+    # Text-to-video holds the VAE's decoder side only; the encoder side was never loaded.
+    assert sorted(ours.vae_params) == ["decoder"] and not ours.vae_encoder.resident
 
 
 @pytest.mark.parametrize("variant, sampler", [("5b-i2v", "ddim"), ("1.5-i2v", "dpm")])
@@ -125,6 +127,7 @@ def test_image_to_video_frames_match_diffusers(pipes, variant, sampler, monkeypa
                   latents=latents, step_noise=(lambda i: noises[i]) if sampler == "dpm" else None,
                   image_noise=image_noise, output_type="float", progress=False)
     out = ours(image, PROMPT, NEGATIVE, **kwargs)
+    assert ours.vae_encoder.resident and sorted(ours.vae_params) == ["decoder"]  # encoder loaded for the image
     assert out.frames.shape == ref.shape == (1, F, H, W, 3)
     assert np.abs(out.frames - ref).max() < 2 / 255
     other = ours(1.0 - image, PROMPT, NEGATIVE, **kwargs)

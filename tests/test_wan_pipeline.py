@@ -180,3 +180,25 @@ def test_text_encoder_freed_after_encoding_and_reloaded(ckpt):
     assert not freed.text_encoder.resident and freed.text_encoder.loads == 0
     np.testing.assert_array_equal(freed("a fox", "blurry", **kw).frames, want)
     assert freed.text_encoder.loads == 1 and kept.text_encoder.resident and kept.text_encoder.loads == 0
+
+
+def test_vae_encoder_side_is_loaded_only_on_demand(ckpt, ours):
+    """Text-to-video reads only the VAE's decoder side: from_pretrained loads that, the encoder side loads at its
+    first use, and together they are the whole VAE as load_vae reads it (and encode the same as it does)."""
+    from vidax.models.wan import vae as wan_vae
+
+    assert sorted(ours.vae_params) == sorted(wan_vae.DECODER_PARTS)
+    pipe = WanPipeline.from_pretrained(ckpt, dtype="float32")
+    assert not pipe.vae_encoder.resident
+    video = np.random.default_rng(1).uniform(-1, 1, (1, 3, 5, 32, 32)).astype(np.float32)
+    with pytest.raises(ValueError, match="decoder side only: merge in `pipe.vae_encoder.get\\(\\)`"):
+        wan_vae.encode(pipe.vae_params, pipe.vae_cfg, video)
+    encoder = pipe.vae_encoder.get()
+    assert sorted(encoder) == sorted(wan_vae.ENCODER_PARTS) and pipe.vae_encoder.loads == 1
+    _, full = wan_vae.load_vae(ckpt / "vae")
+    for (pa, a), (pb, b) in zip(jax.tree_util.tree_leaves_with_path({**pipe.vae_params, **encoder}),
+                                jax.tree_util.tree_leaves_with_path(full)):
+        assert pa == pb
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    mean, _ = wan_vae.encode({**pipe.vae_params, **encoder}, pipe.vae_cfg, video)
+    np.testing.assert_array_equal(np.asarray(mean), np.asarray(wan_vae.encode(full, pipe.vae_cfg, video)[0]))

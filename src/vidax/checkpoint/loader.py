@@ -30,7 +30,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -327,6 +327,7 @@ def load_params(
     place: bool = True,
     workers: int | None = None,
     by_shards: bool | None = None,
+    parts: Collection[str] | None = None,
 ) -> dict:
     """Translate a checkpoint into the model's parameter tree, streaming tensor by tensor.
 
@@ -359,21 +360,31 @@ def load_params(
         processes), where it is required: a process cannot place data on another's devices, and
         reading whole tensors would read every byte on every host. Host memory per parameter is
         then one device's shard (of every layer, for a stacked one).
+      parts: top-level subtrees of ``specs`` to load (e.g. ``("post_quant_conv", "decoder")``: a VAE's
+        decoder side for text-to-video); None: all. The whole checkpoint is still checked against the
+        whole of ``specs`` (every missing, unexpected or mismatched key raises as ever); only the
+        tensors of the listed subtrees are read.
 
     Returns:
       A nested dict of ``jax.Array`` (or ``np.ndarray`` if ``place=False``), same structure as
-      ``specs``; a :class:`LayerChunks` leaf is a tuple of arrays of shape ``(size, *shape[1:])``.
+      ``specs`` (only the ``parts`` subtrees when given); a :class:`LayerChunks` leaf is a tuple of arrays
+      of shape ``(size, *shape[1:])``.
 
     Raises:
       CheckpointError: see :func:`plan_load`.
-      ValueError: :class:`LayerChunks` for a parameter that is not stacked.
+      ValueError: :class:`LayerChunks` for a parameter that is not stacked; a ``parts`` name that is not a
+        top-level key of ``specs``.
     """
+    if parts is not None:
+        unknown = sorted(set(parts) - set(specs))
+        if unknown:
+            raise ValueError(f"parts {unknown} are not top-level parts of the model ({sorted(specs)})")
     plan = plan_load(reader, keymap, specs, source=source)
     dtype = np.dtype(dtype)
     workers = workers or min(8, os.cpu_count() or 1)
     out: dict[str, Any] = {}
     with ThreadPoolExecutor(workers) as pool:
-        for path, spec in flatten(specs):
+        for path, spec in flatten(specs if parts is None else {k: specs[k] for k in parts}):
             entries = plan[path]
             target = _target_dtype(reader, entries, spec, dtype)
             sharding = shardings(path, spec) if (place and shardings is not None) else None

@@ -69,6 +69,21 @@ def unflatten(items: dict[str, Any]) -> dict:
     return tree
 
 
+def require_parts(params: dict, parts: tuple[str, ...], use: str, hint: str) -> None:
+    """Check that a parameter tree holds the top-level ``parts`` that ``use`` reads.
+
+    For trees loaded in part (``load_params(..., parts=...)``: a text-to-video pipeline holds only its
+    VAE's decoder side).
+
+    Raises:
+      ValueError: naming the missing parts, what needs them and ``hint`` (how to load them).
+    """
+    missing = [k for k in parts if k not in params]
+    if missing:
+        raise ValueError(f"{use} needs the parameters {missing}, which this tree does not hold (it has "
+                         f"{sorted(params)}); {hint}")
+
+
 def map_specs(fn: Callable[[str, ParamSpec], Any], specs: SpecTree) -> dict:
     """Apply ``fn(path, spec)`` to every leaf of a spec tree, keeping the structure."""
     return unflatten({p: fn(p, s) for p, s in flatten(specs)})

@@ -167,6 +167,10 @@ class CogVideoXPipeline:
         self.block_chunks = block_chunks
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
+        # The VAE's encoder side: from_pretrained loads only the decoder side into vae_params, and this on
+        # first use (image-to-video's first image).
+        encoder = {k: vae_params[k] for k in cvae.ENCODER_PARTS if k in vae_params} or None
+        self.vae_encoder = OnDemand(lambda: encoder, encoder)
         self.text_cfg = text_cfg
         # The T5 weights (float32: paper fault 2); from_pretrained may make them freed after each encoding.
         self.text_encoder = OnDemand(lambda: text_params, text_params)
@@ -252,8 +256,13 @@ class CogVideoXPipeline:
         tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), specs, jnp.dtype(dtype),
                               source=str(ckpt.part("transformer")), shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
         tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
-        vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
-                              source=str(ckpt.part("vae")))
+
+        def load_vae(parts):
+            return load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
+                               source=str(ckpt.part("vae")), parts=parts)
+
+        # The encoder side is loaded on demand: at the first image (image-to-video); text-to-video never reads it.
+        vparams = load_vae(cvae.DECODER_PARTS)
         keep_text = keep_resident(text_encoder_residency)
 
         def load_text_encoder():
@@ -266,6 +275,7 @@ class CogVideoXPipeline:
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
                    attention, mesh=mesh, block_chunks=chunks)
         pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
+        pipe.vae_encoder = OnDemand(lambda: load_vae(cvae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
@@ -603,7 +613,7 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         img = np.asarray(image)
         x = img.astype(np.float32) / 255.0 if img.dtype == np.uint8 else img.astype(np.float32)
         x = jnp.asarray(x).transpose(0, 3, 1, 2)[:, :, None] * 2.0 - 1.0  # (B, 3, 1, H, W) in [-1, 1]
-        mean, logvar = cvae.encode(self.vae_params, self.vae_cfg, x)
+        mean, logvar = cvae.encode({**self.vae_params, **self.vae_encoder.get()}, self.vae_cfg, x)
         noise = jax.random.normal(key, mean.shape, jnp.float32) if image_noise is None else jnp.asarray(image_noise, jnp.float32)
         if noise.shape != mean.shape:
             raise ValueError(f"image_noise has shape {tuple(noise.shape)}, expected {tuple(mean.shape)}")

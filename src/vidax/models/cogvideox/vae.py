@@ -54,7 +54,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import Rule, conv, norm
 from vidax.core.layers import conv3d, conv_jit
-from vidax.core.params import ParamSpec, SpecTree, unflatten
+from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 
 #: Frames per encoder call and latent frames per decoder call (the reference's
@@ -353,7 +353,21 @@ def _decoder(p: dict, cfg: CogVideoXVAEConfig, z: jax.Array, cache: dict | None)
     return x, new
 
 
+#: Top-level parts of :func:`vae_specs` that encoding reads (a text-to-video pipeline loads them only on demand).
+ENCODER_PARTS = ("encoder",)
+#: Top-level parts of :func:`vae_specs` that decoding reads (all that a text-to-video pipeline loads).
+DECODER_PARTS = ("decoder",)
+_PARTS_HINT = ("text-to-video pipelines load the VAE's decoder side only: merge in `pipe.vae_encoder.get()` "
+               "(loaded on first use), or load the whole VAE (load_vae)")
+
+
+def _encoder_dtype(params: dict):
+    require_parts(params, ENCODER_PARTS, "VAE encoding", _PARTS_HINT)
+    return params["encoder"]["conv_in"]["conv"]["kernel"].dtype
+
+
 def _compute_dtype(params: dict):
+    require_parts(params, DECODER_PARTS, "VAE decoding", "load the VAE's decoder parts")
     return params["decoder"]["conv_in"]["conv"]["kernel"].dtype
 
 
@@ -373,7 +387,7 @@ def encode_chunk(params: dict, cfg: CogVideoXVAEConfig, x: jax.Array, cache: dic
       ``(moments, cache)``: ``moments (B, 2 * latent_channels, t', H/8, W/8)`` in the compute
       dtype (mean channels, then log-variance, unclamped), and the new cache.
     """
-    x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
+    x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_encoder_dtype(params))
     h, cache = _encoder(params["encoder"], cfg, x, cache)
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 

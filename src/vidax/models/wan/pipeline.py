@@ -143,6 +143,10 @@ class WanPipeline:
         self.transformer_params = transformer_params
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
+        # The VAE's encoder side: from_pretrained loads only the decoder side into vae_params, and this on
+        # first use (image-to-video's first image); text-to-video never reads it.
+        encoder = {k: vae_params[k] for k in wan_vae.ENCODER_PARTS if k in vae_params} or None
+        self.vae_encoder = OnDemand(lambda: encoder, encoder)
         self.text_cfg = text_cfg
         # The UMT5 weights (float32: paper fault 2); from_pretrained may make them freed after each encoding.
         self.text_encoder = OnDemand(lambda: text_params, text_params)
@@ -255,9 +259,13 @@ class WanPipeline:
                                             source=str(ckpt.transformer_weights), mesh=mesh, plan=plan)
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
-        vparams = load_params(
-            vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), jnp.dtype(vae_dtype), source=str(ckpt.vae_weights),
-        )
+
+        def load_vae(parts, reader=None):
+            return load_params(reader or ckpt.vae_reader(), maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg),
+                               jnp.dtype(vae_dtype), source=str(ckpt.vae_weights), parts=parts)
+
+        # The encoder side (40% of the Wan2.1 VAE) is loaded on demand (vae_encoder).
+        vparams = load_vae(wan_vae.DECODER_PARTS, vreader)
         ereader = ckpt.text_encoder_reader()
         ecfg = ckpt.text_encoder_config(ereader)
         if ecfg.d_model != tcfg.text_dim:
@@ -281,6 +289,7 @@ class WanPipeline:
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention,
                    layout=ckpt.layout, mesh=mesh, offload=offload, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
+        pipe.vae_encoder = OnDemand(lambda: load_vae(wan_vae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if offload is None else offload.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         # Bytes of the transformer checkpoint this process read (its own shards on several hosts).

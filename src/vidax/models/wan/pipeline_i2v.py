@@ -503,7 +503,9 @@ class WanImageToVideoPipeline(WanPipeline):
                 frames.append(vae_pixels(last_image, height, width)[:, None])
             video = np.concatenate(frames, axis=1)[None]
         device = _first_device(self.vae_params)
-        mean, _ = wan_vae.encode(self.vae_params, self.vae_cfg, jax.device_put(jnp.asarray(video), device))
+        # The encoder side is loaded at the first image (a text-only TI2V run never reads it).
+        vae = {**self.vae_params, **self.vae_encoder.get()}
+        mean, _ = wan_vae.encode(vae, self.vae_cfg, jax.device_put(jnp.asarray(video), device))
         latent = wan_vae.normalize_latents(self.vae_cfg, mean.astype(jnp.float32))  # retrieve_latents(argmax)
         if self.condition_mode == "expand":
             mask = np.ones((1, 1, t, lh, lw), np.float32)

@@ -65,7 +65,7 @@ import numpy as np
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core.attention import attention
 from vidax.core.layers import conv3d, conv_jit, linear
-from vidax.core.params import ParamSpec, SpecTree, unflatten
+from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
 
 # ---------------------------------------------------------------------------------------------
 # Configuration
@@ -830,7 +830,21 @@ def _decoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tu
     return x, new
 
 
+#: Top-level parts of :func:`vae_specs` that encoding reads (a text-to-video pipeline loads them only on demand).
+ENCODER_PARTS = ("encoder", "quant_conv")
+#: Top-level parts of :func:`vae_specs` that decoding reads (all that a text-to-video pipeline loads).
+DECODER_PARTS = ("post_quant_conv", "decoder")
+_PARTS_HINT = ("text-to-video pipelines load the VAE's decoder side only: merge in `pipe.vae_encoder.get()` "
+               "(loaded on first use), or load the whole VAE (load_vae)")
+
+
+def _encoder_dtype(params: dict):
+    require_parts(params, ENCODER_PARTS, "VAE encoding", _PARTS_HINT)
+    return params["encoder"]["conv_in"]["kernel"].dtype
+
+
 def _compute_dtype(params: dict):
+    require_parts(params, DECODER_PARTS, "VAE decoding", "load the VAE's decoder parts")
     return params["decoder"]["conv_in"]["kernel"].dtype
 
 
@@ -854,7 +868,7 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
       and the new cache pytree.
     """
     x = patchify(x, cfg.patch_size)
-    x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
+    x = jnp.transpose(x, (0, 2, 3, 4, 1)).astype(_encoder_dtype(params))
     h, cache = _encoder(params["encoder"], cfg, x, cache)
     h = conv3d(params["quant_conv"], h)
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
