@@ -7,6 +7,7 @@ import torch
 
 from vidax.core.attention import attention
 from vidax.core.embeddings import patch_embed, patchify, timestep_embedding, unpatchify
+from vidax.core.params import random_params
 from vidax.core.rope import rope_3d_angles, rope_cos_sin
 
 
@@ -132,6 +133,8 @@ def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
 
     for fn in (wan_vae.encode_chunk, wan_vae.decode_chunk, cog_vae.encode_chunk, cog_vae.decode_chunk):
         assert isinstance(fn, ConvProgram), fn
+    wan_cfg = wan_vae.WanVAEConfig(base_dim=8, dim_mult=(1, 2), num_res_blocks=1, temperal_downsample=(True,))
+    wan_params = jax.tree.map(jnp.asarray, random_params(wan_vae.vae_specs(wan_cfg)))
     rng = np.random.default_rng(4)
     x = jnp.asarray(rng.standard_normal((1, 5, 9, 10, 6), dtype=np.float32))
     p = {"kernel": jnp.asarray(rng.standard_normal((3, 3, 3, 6, 7), dtype=np.float32)), "bias": jnp.zeros(7)}
@@ -148,6 +151,41 @@ def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
     got = f(p, x, y, scale=2.0)
     assert y.is_deleted()  # donated
     assert _rel(got, np.asarray(want)) < 1e-6
+    # Inside another transformation (JAX refuses compiler options on a nested jit) it joins the outer program.
+    y = jnp.ones((1, 3, 7, 8, 7))
+    assert jax.eval_shape(lambda p, x, y: f(p, x, y, scale=2.0), p, x, y).shape == want.shape
+    assert _rel(jax.jit(lambda p, x, y: f(p, x, y, scale=2.0))(p, x, y), np.asarray(want)) < 1e-6
+    mean, _ = jax.eval_shape(lambda x: wan_vae.encode(wan_params, wan_cfg, x), jnp.zeros((1, 3, 5, 16, 16)))
+    s = wan_cfg.spatial_compression
+    assert mean.shape == (1, wan_cfg.z_dim, 1 + 4 // wan_cfg.temporal_compression, 16 // s, 16 // s)
+
+
+def test_host_heap_is_trimmed_after_each_large_compilation(monkeypatch):
+    """core.host_memory: after an XLA compilation of at least ``min_seconds`` glibc's ``malloc_trim`` runs (the
+    compiler's freed heap back to the OS); a shorter one is not followed by a trim."""
+    import ctypes
+
+    import jax
+
+    from vidax.core import host_memory
+
+    real = host_memory._malloc_trim()
+    if real is None:
+        pytest.skip("not glibc: trimming is a no-op")
+    calls = []
+    fake = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_size_t)(lambda pad: calls.append(pad) or 1)
+    monkeypatch.setattr(host_memory, "_malloc_trim", lambda: fake)
+    try:
+        a, b = jnp.ones(11).block_until_ready(), jnp.ones(13).block_until_ready()
+        assert host_memory.trim_after_compiles(min_seconds=1e9)
+        jax.jit(lambda a: a * 3.0 + 1.0)(a).block_until_ready()
+        assert calls == []
+        assert host_memory.trim_after_compiles(min_seconds=0.0)  # already installed: only the threshold changes
+        jax.jit(lambda a: a * 5.0 - 2.0)(b).block_until_ready()
+        assert calls == [0]  # one compilation, one malloc_trim(0)
+    finally:
+        host_memory.trim_after_compiles()  # the pipelines' default threshold again
+    assert real(0) in (0, 1)
 
 
 def test_on_demand_frees_and_reloads():

@@ -50,7 +50,16 @@ class ConvProgram:
         return self._by_backend[backend]
 
     def __call__(self, *args, **kwargs):
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):
+            # Inside another transformation (jit, eval_shape, vmap): JAX takes compiler options at the top-level
+            # jit only, so this call joins the enclosing program as a plain nested jit.
+            return self._nested()(*args, **kwargs)
         return self._jitted()(*args, **kwargs)
+
+    def _nested(self):
+        if "nested" not in self._by_backend:
+            self._by_backend["nested"] = jax.jit(self._fun, **self._jit_kwargs)
+        return self._by_backend["nested"]
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_fun", "_jit_kwargs", "_by_backend"):  # (not set yet: no recursion)

@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.host_memory import trim_after_compiles
 from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.parallel import sequence_mode
 from vidax.core.residency import OnDemand, keep_resident
@@ -232,6 +233,7 @@ class CogVideoXPipeline:
             raised before any weight is read.
         """
         t0 = time.perf_counter()
+        trim_after_compiles()  # return each large compilation's freed host heap to the OS (core.host_memory)
         ckpt = resolve_checkpoint(folder)
         tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
         if tcfg.in_channels != cls._CONDITION_CHANNELS * vcfg.latent_channels:

@@ -48,6 +48,7 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.checkpoint.reader import CountingReader
 from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.host_memory import trim_after_compiles
 from vidax.core.offload import ChunkPlan, OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.parallel import sequence_mode
 from vidax.core.residency import OnDemand, keep_resident
@@ -246,6 +247,7 @@ class WanPipeline:
                                                                           "needs_general_pipeline")}
                 return WanImageToVideoPipeline.from_pretrained(folder, **options)
         t0 = time.perf_counter()
+        trim_after_compiles()  # return each large compilation's freed host heap to the OS (core.host_memory)
         ckpt = resolve_checkpoint(folder)
         maps = ckpt.maps
         tcfg = ckpt.transformer_config()
