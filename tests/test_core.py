@@ -160,6 +160,19 @@ def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
     assert mean.shape == (1, wan_cfg.z_dim, 1 + 4 // wan_cfg.temporal_compression, 16 // s, 16 // s)
 
 
+def test_last_frames_is_the_static_slice_whatever_the_values():
+    """core.layers.last_frames: ``x[:, -n:]`` exactly, a NaN in its first element (the start's +1) included."""
+    import jax
+
+    from vidax.core.layers import last_frames
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 3, 4)).astype(np.float32)
+    for n in (1, 2, 5):
+        np.testing.assert_array_equal(np.asarray(jax.jit(last_frames, static_argnums=1)(jnp.asarray(x), n)), x[:, -n:])
+    x[0, 0, 0, 0] = np.nan
+    np.testing.assert_array_equal(np.asarray(last_frames(jnp.asarray(x), 2)), x[:, -2:])
+
+
 def test_host_heap_is_trimmed_after_each_large_compilation(monkeypatch):
     """core.host_memory: after an XLA compilation of at least ``min_seconds`` glibc's ``malloc_trim`` runs (the
     compiler's freed heap back to the OS); a shorter one is not followed by a trim."""

@@ -64,7 +64,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core.attention import attention
-from vidax.core.layers import conv3d, conv_jit, linear
+from vidax.core.layers import conv3d, conv_jit, last_frames, linear
 from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
 
 # ---------------------------------------------------------------------------------------------
@@ -599,7 +599,7 @@ def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Ar
     if cache is None:
         cache = jnp.zeros((x.shape[0], hist, *x.shape[2:]), x.dtype)
     xp = jnp.concatenate([cache.astype(x.dtype), x], axis=1)
-    return conv3d(p, xp, padding=((0, 0), *spatial)), xp[:, -hist:]
+    return conv3d(p, xp, padding=((0, 0), *spatial)), last_frames(xp, hist)
 
 
 def _rms_norm(p: dict, x: jax.Array) -> jax.Array:
@@ -681,12 +681,11 @@ def _resample(p: dict, x: jax.Array, mode: str, cache: dict | None, first: bool)
         return _downsample2d(p["resample"]["1"], x), None
     if mode == "down3d":
         x = _downsample2d(p["resample"]["1"], x)
-        new = x[:, -1:]
-        if not first:
-            # Reference: time_conv(cat(last cached frame, x)): kernel 3, stride 2, no padding.
-            xp = jnp.concatenate([_get(cache, "time_conv").astype(x.dtype), x], axis=1)
-            x = conv3d(p["time_conv"], xp, strides=(2, 1, 1))
-        return x, {"time_conv": new}
+        if first:
+            return x, {"time_conv": x[:, -1:]}
+        # Reference: time_conv(cat(last cached frame, x)): kernel 3, stride 2, no padding.
+        xp = jnp.concatenate([_get(cache, "time_conv").astype(x.dtype), x], axis=1)
+        return conv3d(p["time_conv"], xp, strides=(2, 1, 1)), {"time_conv": last_frames(xp, 1)}
     raise ValueError(f"unknown resample mode {mode!r}")
 
 
