@@ -1132,8 +1132,10 @@ def write_markdown(rec: dict, png: Path | None) -> None:
               "step; vidax's cold end-to-end time includes compiling the step, the text encoder and the VAE chunk "
               "programs. RSS on the CPU backend includes the weights (device memory is host memory). Loading: diffusers maps "
               "the safetensors files and its tensors point into the mapping, so its load moves no weight bytes (the pages "
-              "are faulted in at first use, inside the generation); vidax converts every tensor (layout and dtype) into "
-              "its own buffers at load. The step target is judged on the geometric mean over the token counts. "
+              "are faulted in at first use, inside the generation; a text-to-video run never touches the VAE encoder's); "
+              "vidax converts every tensor it reads (layout and dtype) into its own buffers at load, and its "
+              "text-to-video pipelines read only the VAE's decoder side (the encoder side loads at the first image: "
+              "docs/design.md \"Host memory\"). The step target is judged on the geometric mean over the token counts. "
               + ("vidax's step runs its CPU default block loop: one compiled block program called once per block over "
                  "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). "),
               "", f"Contention: every measurement records the share of the machine's CPU that other processes used "
