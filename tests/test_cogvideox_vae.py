@@ -61,6 +61,33 @@ def test_decode_parity(tiny, t):
     assert _rel(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("src, dst", [((3, 4, 5), (9, 32, 40)), ((2, 4, 4), (8, 12, 16)), ((3, 5, 4), (7, 8, 6))])
+def test_nearest_resize_as_broadcast_equals_torch_interpolate(src, dst):
+    """The spatial norm's resize: a broadcast where every axis grows by a whole factor, torch's own nearest
+    indices otherwise (non-integer factors take the gather)."""
+    z = np.random.default_rng(0).standard_normal((1, 2, *src), dtype=np.float32)
+    want = torch.nn.functional.interpolate(torch.from_numpy(z), size=dst).numpy()
+    got = cv._resize_nearest_broadcast(jnp.asarray(z.transpose(0, 2, 3, 4, 1)), dst)
+    np.testing.assert_array_equal(np.asarray(got).transpose(0, 4, 1, 2, 3), want)
+
+
+def test_spatial_norm_inputs_are_not_held_at_full_size(tiny, monkeypatch):
+    """conv_y / conv_b run at the latent size and their resize fuses into each norm as a broadcast: the decoder
+    chunk needs far fewer temporaries than with gathered (materialised) full-size resized tensors, which XLA
+    computed early and held for every norm of the program."""
+    _, cfg, params, _ = tiny
+    z = jnp.zeros((1, 4, 3, H_LAT, W_LAT), jnp.float32)
+
+    def temps():
+        jax.clear_caches()  # trace again, with the resize in place now
+        return cv.decode_chunk.lower(params, cfg, z, None).compile().memory_analysis().temp_size_in_bytes
+
+    fused = temps()
+    monkeypatch.setattr(cv, "_resize_nearest_broadcast", cv._resize_nearest)
+    gathered = temps()
+    assert fused < 0.75 * gathered, (fused, gathered)
+
+
 @pytest.mark.parametrize("frames", [1, 5, 17])
 def test_encode_parity(tiny, frames):
     model, cfg, params, _ = tiny

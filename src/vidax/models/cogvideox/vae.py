@@ -244,15 +244,43 @@ def _resize_nearest(z: jax.Array, size: tuple[int, int, int]) -> jax.Array:
     return z
 
 
+def _resize_nearest_broadcast(z: jax.Array, size: tuple[int, int, int]) -> jax.Array:
+    """:func:`_resize_nearest` as a broadcast where every axis grows by a whole factor whose nearest indices are
+    ``i // factor`` (a broadcast fuses into its consumer; a gather is materialised), else the gather."""
+    b, t, h, w, c = z.shape
+    factors = [n // m if n % m == 0 else 0 for m, n in zip((t, h, w), size)]
+    if not all(f and np.array_equal(_nearest_index(m, n), np.arange(n) // f)
+               for f, m, n in zip(factors, (t, h, w), size)):
+        return _resize_nearest(z, size)
+    ft, fh, fw = factors
+    z = jnp.broadcast_to(z[:, :, None, :, None, :, None, :], (b, t, ft, h, fh, w, fw, c))
+    return z.reshape(b, t * ft, h * fh, w * fw, c)
+
+
 def _spatial_norm(p: dict, f: jax.Array, zq: jax.Array, groups: int) -> jax.Array:
-    """``CogVideoXSpatialNorm3D``: ``GroupNorm(f) * conv_y(zq') + conv_b(zq')``, zq' = zq resized to f."""
+    """``CogVideoXSpatialNorm3D``: ``GroupNorm(f) * conv_y(zq') + conv_b(zq')``, zq' = zq resized to f.
+
+    ``conv_y`` and ``conv_b`` have 1x1x1 kernels (:class:`_Declaration`), which commute with nearest
+    resizing (a gather of whole pixels): they run on ``zq`` at its own (latent) size and their outputs are
+    resized, the same numbers as the reference's order. The resize is a gather in time (first frame on its
+    own for an odd frame count, as the reference) on those small outputs, then a spatial broadcast that
+    fuses into the norm's arithmetic: no full-size ``zq'`` or ``conv_y`` / ``conv_b`` outputs exist. Before,
+    XLA computed those of every norm of the program early and held them (CogVideoX decoder at 9x128x128:
+    16 of 72 MiB each at its peak).
+    """
     t, h, w = f.shape[1:4]
-    if t > 1 and t % 2 == 1:  # the first frame is resized on its own
-        zq = jnp.concatenate([_resize_nearest(zq[:, :1], (1, h, w)), _resize_nearest(zq[:, 1:], (t - 1, h, w))], axis=1)
-    else:
-        zq = _resize_nearest(zq, (t, h, w))
-    y, _ = _causal_conv(p["conv_y"], zq, None)
-    b, _ = _causal_conv(p["conv_b"], zq, None)
+    tz = zq.shape[1]
+
+    def resize(z):
+        if t > 1 and t % 2 == 1:  # the first frame is resized on its own
+            index = np.concatenate([_nearest_index(1, 1), 1 + _nearest_index(tz - 1, t - 1)])
+        else:
+            index = _nearest_index(tz, t)
+        if not np.array_equal(index, np.arange(tz)):
+            z = jnp.take(z, index, axis=1)
+        return _resize_nearest_broadcast(z, (t, h, w))
+
+    y, b = (resize(_causal_conv(p[k], zq, None)[0]) for k in ("conv_y", "conv_b"))
     return _group_norm(p["norm_layer"], f, groups, FIXED_NORM_EPS) * y + b
 
 
