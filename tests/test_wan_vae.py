@@ -129,7 +129,7 @@ def test_donated_caches_at_full_resolution_are_updated_without_copies(tiny):
     copies, entries = copied(decode_chunk, z, z)
     full = {e for e in entries if e.startswith(("cache__up_blocks____3", "cache__conv_out"))}
     assert full and not copies & full, sorted(copies & full)
-    assert copies < entries  # the latent-stage copies are found, under the same names
+    assert copies and copies <= entries  # the latent-stage copies are found, under the cache's own names
     x = jnp.zeros((1, 3, 4, 8 * H_LAT, 8 * W_LAT), jnp.float32)
     copies, entries = copied(encode_chunk, x[:, :, :1], x)
     full = {e for e in entries if e.startswith(("cache__conv_in", "cache__down_blocks____0"))}

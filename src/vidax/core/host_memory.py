@@ -3,7 +3,7 @@
 Compiling a large program (a VAE decoder chunk: hundreds of convolutions) allocates and frees hundreds of MiB
 of small objects on the host. glibc keeps freed memory inside its heap arenas, where it stays resident and
 counts in the process's RSS; on the CPU backend that host memory is the same RAM the weights and activations
-live in. Measured on the Wan2.1 VAE decoder at 128x128 (docs/benchmarks.md, "Peak memory"): 140 MiB stayed
+live in. Measured on the Wan2.1 VAE decoder at 128x128 (docs/design.md, "Host memory"): 140 MiB stayed
 resident after its first compile and came back with ``malloc_trim(0)``.
 
 :func:`trim_after_compiles` installs a JAX monitoring listener that calls :func:`trim` after each backend
@@ -24,7 +24,7 @@ import jax.monitoring
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 _lock = threading.Lock()
-_installed: list[float] = []  # the min_seconds of the installed listener, if any
+_min_seconds: float | None = None  # the installed listener's threshold; None: not installed
 
 
 @functools.cache
@@ -50,7 +50,7 @@ def trim() -> bool:
 
 
 def _listener(event: str, duration_secs: float, **_):
-    if event == BACKEND_COMPILE_EVENT and duration_secs >= _installed[0]:
+    if event == BACKEND_COMPILE_EVENT and duration_secs >= _min_seconds:
         trim()
 
 
@@ -63,12 +63,11 @@ def trim_after_compiles(min_seconds: float = 0.2) -> bool:
     Returns:
       True if the listener is installed (now or before), False where the C library is not glibc.
     """
+    global _min_seconds
     if _malloc_trim() is None:
         return False
     with _lock:
-        if _installed:
-            _installed[0] = min_seconds
-            return True
-        _installed.append(min_seconds)
-        jax.monitoring.register_event_duration_secs_listener(_listener)
+        if _min_seconds is None:
+            jax.monitoring.register_event_duration_secs_listener(_listener)
+        _min_seconds = min_seconds
     return True

@@ -69,6 +69,12 @@ def unflatten(items: dict[str, Any]) -> dict:
     return tree
 
 
+#: How to get a VAE's encoder side where a pipeline loaded only its decoder side (the :func:`require_parts` hint of
+#: the VAEs' encode functions).
+VAE_ENCODER_HINT = ("text-to-video pipelines load the VAE's decoder side only: merge in `pipe.vae_encoder.get()` "
+                    "(loaded on first use), or load the whole VAE (load_vae)")
+
+
 def require_parts(params: dict, parts: tuple[str, ...], use: str, hint: str) -> None:
     """Check that a parameter tree holds the top-level ``parts`` that ``use`` reads.
 

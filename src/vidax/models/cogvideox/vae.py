@@ -54,7 +54,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import Rule, conv, norm
 from vidax.core.layers import conv3d, conv_jit, last_frames
-from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
+from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 
 #: Frames per encoder call and latent frames per decoder call (the reference's
@@ -270,12 +270,12 @@ def _spatial_norm(p: dict, f: jax.Array, zq: jax.Array, groups: int) -> jax.Arra
     """
     t, h, w = f.shape[1:4]
     tz = zq.shape[1]
+    if t > 1 and t % 2 == 1:  # the first frame is resized on its own
+        index = np.concatenate([_nearest_index(1, 1), 1 + _nearest_index(tz - 1, t - 1)])
+    else:
+        index = _nearest_index(tz, t)
 
     def resize(z):
-        if t > 1 and t % 2 == 1:  # the first frame is resized on its own
-            index = np.concatenate([_nearest_index(1, 1), 1 + _nearest_index(tz - 1, t - 1)])
-        else:
-            index = _nearest_index(tz, t)
         if not np.array_equal(index, np.arange(tz)):
             z = jnp.take(z, index, axis=1)
         return _resize_nearest_broadcast(z, (t, h, w))
@@ -385,12 +385,10 @@ def _decoder(p: dict, cfg: CogVideoXVAEConfig, z: jax.Array, cache: dict | None)
 ENCODER_PARTS = ("encoder",)
 #: Top-level parts of :func:`vae_specs` that decoding reads (all that a text-to-video pipeline loads).
 DECODER_PARTS = ("decoder",)
-_PARTS_HINT = ("text-to-video pipelines load the VAE's decoder side only: merge in `pipe.vae_encoder.get()` "
-               "(loaded on first use), or load the whole VAE (load_vae)")
 
 
 def _encoder_dtype(params: dict):
-    require_parts(params, ENCODER_PARTS, "VAE encoding", _PARTS_HINT)
+    require_parts(params, ENCODER_PARTS, "VAE encoding", VAE_ENCODER_HINT)
     return params["encoder"]["conv_in"]["conv"]["kernel"].dtype
 
 

@@ -65,7 +65,7 @@ import numpy as np
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core.attention import attention
 from vidax.core.layers import conv3d, conv_jit, last_frames, linear
-from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
+from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
 
 # ---------------------------------------------------------------------------------------------
 # Configuration
@@ -833,12 +833,10 @@ def _decoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tu
 ENCODER_PARTS = ("encoder", "quant_conv")
 #: Top-level parts of :func:`vae_specs` that decoding reads (all that a text-to-video pipeline loads).
 DECODER_PARTS = ("post_quant_conv", "decoder")
-_PARTS_HINT = ("text-to-video pipelines load the VAE's decoder side only: merge in `pipe.vae_encoder.get()` "
-               "(loaded on first use), or load the whole VAE (load_vae)")
 
 
 def _encoder_dtype(params: dict):
-    require_parts(params, ENCODER_PARTS, "VAE encoding", _PARTS_HINT)
+    require_parts(params, ENCODER_PARTS, "VAE encoding", VAE_ENCODER_HINT)
     return params["encoder"]["conv_in"]["kernel"].dtype
 
 
