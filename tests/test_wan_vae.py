@@ -118,22 +118,26 @@ def test_donated_caches_at_full_resolution_are_updated_without_copies(tiny):
 
     _, cfg, params, _ = tiny
 
-    def copied(chunk_fn, first, later):
+    def copied(chunk_fn, first, later, full_prefixes):
         _, cache = chunk_fn(params, cfg, first, None)
         hlo = chunk_fn.lower(params, cfg, later, cache).compile().as_text()
         assert "cache__conv_out__" in hlo  # (the cache parameters keep their names)
-        return set(re.findall(r"copy\(%(cache__\w+?)\.\d+\)", hlo)), {"cache__" + "____".join(p.key for p in path) + "__"
-                                                                          for path, _ in jax.tree_util.tree_leaves_with_path(cache)}
+        entries = {"cache__" + "____".join(p.key for p in path) + "__": a.shape
+                   for path, a in jax.tree_util.tree_leaves_with_path(cache)}
+        full = {e for e in entries if e.startswith(full_prefixes)}
+        full_shapes = {"f32[" + ",".join(map(str, entries[e])) + "]" for e in full}
+        copied_shapes = set(re.findall(r"= (f32\[[\d,]+\])\{[\d,]*\} copy\(", hlo))
+        return set(re.findall(r"copy\(%(cache__\w+?)\.\d+\)", hlo)), set(entries), full, copied_shapes & full_shapes
 
     z = jnp.zeros((1, 16, 1, H_LAT, W_LAT), jnp.float32)
-    copies, entries = copied(decode_chunk, z, z)
-    full = {e for e in entries if e.startswith(("cache__up_blocks____3", "cache__conv_out"))}
+    copies, entries, full, new_copies = copied(decode_chunk, z, z, ("cache__up_blocks____3", "cache__conv_out"))
     assert full and not copies & full, sorted(copies & full)
+    assert not new_copies, new_copies  # nor are the new entries computed aside and copied in (last_frames' probe)
     assert copies and copies <= entries  # the latent-stage copies are found, under the cache's own names
     x = jnp.zeros((1, 3, 4, 8 * H_LAT, 8 * W_LAT), jnp.float32)
-    copies, entries = copied(encode_chunk, x[:, :, :1], x)
-    full = {e for e in entries if e.startswith(("cache__conv_in", "cache__down_blocks____0"))}
+    copies, entries, full, new_copies = copied(encode_chunk, x[:, :, :1], x, ("cache__conv_in", "cache__down_blocks____0"))
     assert full and not copies & full, sorted(copies & full)
+    assert not new_copies, new_copies
 
 
 def test_other_config_batch2(tmp_path_factory):
