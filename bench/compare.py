@@ -729,12 +729,22 @@ def converted(cfg: BenchConfig, folder: Path) -> Path | None:
 
 
 def _current_writer(folder: Path) -> bool:
-    """Whether every weights file under ``folder`` has its data section aligned as today's writer aligns it."""
+    """Whether every weights file under ``folder`` is aligned as today's writer aligns it: the data section
+    starts on a ``DATA_ALIGNMENT`` boundary and so does every tensor whose size is a multiple of it (a file
+    written before the writer ordered its tensors can have an aligned data section by chance)."""
     from vidax.checkpoint.writer import DATA_ALIGNMENT
 
     for p in folder.rglob("*.safetensors"):
         with open(p, "rb") as f:
-            if (8 + int.from_bytes(f.read(8), "little")) % DATA_ALIGNMENT:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        if (8 + n) % DATA_ALIGNMENT:
+            return False
+        for key, entry in header.items():
+            if key == "__metadata__":
+                continue
+            a, b = entry["data_offsets"]
+            if (b - a) % DATA_ALIGNMENT == 0 and a % DATA_ALIGNMENT:
                 return False
     return True
 

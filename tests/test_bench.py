@@ -143,3 +143,29 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     ref = preds["diffusers"]
     assert preds["vidax"].shape == ref.shape and np.linalg.norm(preds["vidax"] - ref) / np.linalg.norm(ref) < 1e-4
     assert fam.tokens(tiny, *tiny.base) > 0
+
+
+def test_a_converted_folder_with_unaligned_tensors_is_written_again(tmp_path):
+    """``bench.compare`` reuses a converted checkpoint only if the writer's alignment holds for every tensor, not
+    just the data section: a config b folder written before the writer ordered its tensors (aligned data
+    section, tensors at 48 mod 64) was reused and every tensor converted at load."""
+    import json
+
+    import numpy as np
+
+    from bench.compare import _current_writer
+    from vidax.checkpoint.writer import DATA_ALIGNMENT, write_safetensors_stream
+
+    a, b = np.zeros(3, np.float32), np.zeros((4, 16), np.float32)  # 12 bytes, then 256
+    good = tmp_path / "good"
+    good.mkdir()
+    write_safetensors_stream(good / "params.safetensors", [("b", b.shape, b.dtype), ("a", a.shape, a.dtype)],
+                             [("b", b), ("a", a)])
+    assert _current_writer(good)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    header = json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
+                         "b": {"dtype": "F32", "shape": [4, 16], "data_offsets": [12, 268]}}).encode()
+    header += b" " * (-(8 + len(header)) % DATA_ALIGNMENT)  # the data section aligned, "b" not
+    (bad / "params.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + a.tobytes() + b.tobytes())
+    assert not _current_writer(bad)
