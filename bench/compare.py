@@ -216,6 +216,16 @@ def _wan_convert(src: Path, dst: Path) -> bool:
     return True
 
 
+def _cog_convert(src: Path, dst: Path) -> bool:
+    """As :func:`_wan_convert`, for CogVideoX."""
+    try:
+        from vidax.models.cogvideox.convert import convert_checkpoint
+    except ImportError:
+        return False
+    convert_checkpoint(src, dst, dtype="float32", text_encoder_dtype="float32", vae_dtype="float32")
+    return True
+
+
 def _wan_write(folder: Path, cfg: BenchConfig, task: str = "t2v") -> None:
     from vidax.models.wan.demo import write_demo_checkpoint
 
@@ -560,7 +570,7 @@ FAMILIES: dict[str, Family] = {
     "wan2.1": Family(_wan_write, _wan_convert, _wan_latent_shape, _wan_tokens, {"vidax": WanVidax, "diffusers": WanDiffusers}),
     "wan2.2-ti2v": Family(_wan22_write, _wan_convert, _wan22_latent_shape, _patch_tokens(_wan22_latent_shape),
                           {"vidax": WanVidax, "diffusers": WanDiffusers}),
-    "cogvideox": Family(_cog_write, lambda src, dst: False, _cog_latent_shape, _cog_tokens,
+    "cogvideox": Family(_cog_write, _cog_convert, _cog_latent_shape, _cog_tokens,
                         {"vidax": CogVidax, "diffusers": CogDiffusers}),
 }
 

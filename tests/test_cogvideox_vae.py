@@ -71,21 +71,17 @@ def test_nearest_resize_as_broadcast_equals_torch_interpolate(src, dst):
     np.testing.assert_array_equal(np.asarray(got).transpose(0, 4, 1, 2, 3), want)
 
 
-def test_spatial_norm_inputs_are_not_held_at_full_size(tiny, monkeypatch):
-    """conv_y / conv_b run at the latent size and their resize fuses into each norm as a broadcast: the decoder
-    chunk needs far fewer temporaries than with gathered (materialised) full-size resized tensors, which XLA
-    computed early and held for every norm of the program."""
+def test_spatial_norm_inputs_are_not_held_at_full_size(tiny):
+    """The decoder chunk's temporaries stay within a dozen full-resolution activations. Once XLA computed every
+    spatial norm's full-size resized inputs early (they depend only on ``zq`` and weights) and held them: 21
+    activations' worth here (2.2 GiB at 9x128x128 at CogVideoX's width). conv_y / conv_b now run at the latent
+    size with the resize fused into each norm as a broadcast, and the causal convolutions gather their taps
+    (core.layers.conv3d): about 7."""
     _, cfg, params, _ = tiny
     z = jnp.zeros((1, 4, 3, H_LAT, W_LAT), jnp.float32)
-
-    def temps():
-        jax.clear_caches()  # trace again, with the resize in place now
-        return cv.decode_chunk.lower(params, cfg, z, None).compile().memory_analysis().temp_size_in_bytes
-
-    fused = temps()
-    monkeypatch.setattr(cv, "_resize_nearest_broadcast", cv._resize_nearest)
-    gathered = temps()
-    assert fused < 0.75 * gathered, (fused, gathered)
+    temps = cv.decode_chunk.lower(params, cfg, z, None).compile().memory_analysis().temp_size_in_bytes
+    activation = 4 * cv.decoded_frames(cfg, 3) * 8 * H_LAT * 8 * W_LAT * cfg.block_out_channels[0]
+    assert temps < 12 * activation, (temps, activation)
 
 
 @pytest.mark.parametrize("frames", [1, 5, 17])

@@ -40,6 +40,7 @@ class ConvProgram:
 
     def __init__(self, fun, jit_kwargs: dict):
         self._fun, self._jit_kwargs, self._by_backend = fun, dict(jit_kwargs), {}
+        self._plain = jax.jit(fun, **self._jit_kwargs)  # for calls inside other transformations
         functools.update_wrapper(self, fun)
 
     def _jitted(self):
@@ -53,16 +54,11 @@ class ConvProgram:
         if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):
             # Inside another transformation (jit, eval_shape, vmap): JAX takes compiler options at the top-level
             # jit only, so this call joins the enclosing program as a plain nested jit.
-            return self._nested()(*args, **kwargs)
+            return self._plain(*args, **kwargs)
         return self._jitted()(*args, **kwargs)
 
-    def _nested(self):
-        if "nested" not in self._by_backend:
-            self._by_backend["nested"] = jax.jit(self._fun, **self._jit_kwargs)
-        return self._by_backend["nested"]
-
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_fun", "_jit_kwargs", "_by_backend"):  # (not set yet: no recursion)
+        if name.startswith("__") or name in ("_fun", "_jit_kwargs", "_by_backend", "_plain"):  # (not set yet: no recursion)
             raise AttributeError(name)
         return getattr(self._jitted(), name)
 
@@ -167,7 +163,8 @@ def last_frames(x: jax.Array, n: int) -> jax.Array:
     return jax.lax.dynamic_slice_in_dim(x, t - n + unknown, n, axis=1)
 
 
-def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0, 0))) -> jax.Array:
+def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0, 0)),
+           history: jax.Array | None = None) -> jax.Array:
     """Convolution of a channels-last video ``x (B, T, H, W, Cin)``; the 3D VAEs' one conv.
 
     Args:
@@ -175,38 +172,89 @@ def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0
         runs on every frame (``kt = 1``).
       x: ``(B, T, H, W, Cin)``, cast to the kernel's dtype.
       strides, padding: per axis ``(t, h, w)``, as ``jax.lax.conv_general_dilated``.
+      history: ``(B, n, H, W, Cin)`` frames that precede ``x`` in time (a causal convolution's cache), or
+        None. The result is that of ``concatenate([history, x], axis=1)``, which the CPU path never builds
+        (see below). Requires ``padding[0] == (0, 0)``.
 
     Returns:
       ``(B, T', H', W', Cout)`` in the kernel's dtype, accumulated in float32, bias added in float32.
+
+    Raises:
+      ValueError: ``history`` with time padding.
 
     On the CPU backend a kernel with ``kt > 1`` runs as ``kt`` 2D convolutions over the frames,
     accumulated in float32 in a ``fori_loop``: XLA:CPU's 3D convolution is 1.3-2x slower than that on the
     Wan VAE's shapes (Wan2.1 VAE decode 5x128x128: 4.9 -> 3.2 s), and the loop keeps one tap's output live
     (unrolled, XLA kept all of them: the Wan2.2 decode chunk's temporaries went from 0.63 to 1.83 GiB; in
-    the loop 0.63). Other backends (cuDNN, TPU) take the 3D convolution as it is.
+    the loop 0.63). Each tap gathers its frames from ``history`` and ``x`` by index (a gather and a
+    select, which depend on the tap): the concatenation, loop-invariant, would be hoisted out of the loop
+    by XLA and held (6 frames for a 4-frame chunk) beside each tap's copy. Other backends (cuDNN, TPU)
+    take the 3D convolution as it is.
     """
     w = p["kernel"]
     if w.ndim == 4:
         w = w[None]
     x = x.astype(w.dtype)
     kt = w.shape[0]
+    if history is not None and padding[0] != (0, 0):
+        raise ValueError(f"conv3d: history and time padding {padding[0]} together; pad the history instead")
     if kt == 1 or jax.default_backend() != "cpu":
+        if history is not None:
+            x = jnp.concatenate([history.astype(x.dtype), x], axis=1)
         y = jax.lax.conv_general_dilated(x, w, window_strides=strides, padding=padding, dimension_numbers=_DN3,
                                          preferred_element_type=jnp.float32)
     else:
         st = strides[0]
         if padding[0] != (0, 0):
             x = jnp.pad(x, ((0, 0), padding[0], (0, 0), (0, 0), (0, 0)))
-        b, t = x.shape[:2]
+        n = 0 if history is None else history.shape[1]
+        b, t = x.shape[0], n + x.shape[1]
         t_out = (t - kt) // st + 1
 
+        def frames_of(i):
+            if history is None:
+                return jax.lax.dynamic_slice_in_dim(x, i, st * (t_out - 1) + 1, axis=1)[:, ::st]
+            j = st * jnp.arange(t_out) + i  # positions in [history, x]
+            old = jnp.take(history.astype(x.dtype), j, axis=1, mode="clip")
+            new = jnp.take(x, j - n, axis=1, mode="clip")
+            return jnp.where((j < n)[None, :, None, None, None], old, new)
+
         def tap(i):
-            frames = jax.lax.dynamic_slice_in_dim(x, i, st * (t_out - 1) + 1, axis=1)[:, ::st]
-            return jax.lax.conv_general_dilated(frames.reshape(b * t_out, *x.shape[2:]), w[i], window_strides=strides[1:],
-                                                padding=padding[1:], dimension_numbers=_DN2,
-                                                preferred_element_type=jnp.float32)
+            return jax.lax.conv_general_dilated(frames_of(i).reshape(b * t_out, *x.shape[2:]), w[i],
+                                                window_strides=strides[1:], padding=padding[1:],
+                                                dimension_numbers=_DN2, preferred_element_type=jnp.float32)
 
         # A loop, not an unrolled sum: one tap's output is live at a time (unrolled, XLA kept all kt).
         y = jax.lax.fori_loop(1, kt, lambda i, acc: acc + tap(i), tap(0))
         y = y.reshape(b, t_out, *y.shape[1:])
     return (y + p["bias"].astype(jnp.float32)).astype(w.dtype)
+
+
+def causal_conv3d(p: dict, x: jax.Array, history: jax.Array, spatial=((0, 0), (0, 0))) -> tuple[jax.Array, jax.Array]:
+    """A causal convolution step of the 3D VAEs: ``conv3d`` over ``[history, x]`` in time, and the next history.
+
+    Args:
+      p: a :func:`conv3d` parameter dict with ``kt > 1`` taps in time.
+      x: ``(B, T, H, W, Cin)``, this chunk's frames.
+      history: ``(B, n, H, W, Cin)``, the frames before them (the feature cache entry, ``n = kt - 1`` for a
+        "same"-length output), any float dtype (cast to ``x``'s).
+      spatial: the ``(h, w)`` padding.
+
+    Returns:
+      ``(y, next_history)``: ``y`` as ``conv3d(p, xp, padding=((0, 0), *spatial))`` and ``next_history = xp[:,
+      -n:]`` in ``x``'s dtype, with ``xp = concatenate([history, x], axis=1)`` (the reference's ``feat_cache``
+      update, e.g. ``WanCausalConv3d`` / ``CogVideoXCausalConv3d`` callers in diffusers).
+
+    With ``T >= n`` the next history is ``x[:, -n:]``, sliced at a start that depends on ``y`` (see
+    :func:`last_frames`; clamped, so exactly those frames): computed after the convolution's last read of
+    ``history``, it is written straight into ``history``'s buffer when the cache is donated. Shorter chunks
+    (the latent stage's single frame) take :func:`last_frames` of the concatenation.
+    """
+    n = history.shape[1]
+    history = history.astype(x.dtype)
+    y = conv3d(p, x, padding=((0, 0), *spatial), history=history)
+    t = x.shape[1]
+    if t < n:
+        return y, last_frames(jnp.concatenate([history, x], axis=1), n)
+    after = jnp.isnan(y[(0, y.shape[1] - 1) + (0,) * (y.ndim - 2)]).astype(jnp.int32)  # 0 or 1, clamped away
+    return y, jax.lax.dynamic_slice_in_dim(x, t - n + after, n, axis=1)

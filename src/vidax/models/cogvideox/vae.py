@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint.keymap import Rule, conv, norm
-from vidax.core.layers import conv3d, conv_jit, last_frames
+from vidax.core.layers import causal_conv3d, conv3d, conv_jit
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 
@@ -212,8 +212,7 @@ def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Ar
     hist = kt - 1
     if cache is None:
         cache = jnp.repeat(x[:, :1], hist, axis=1)
-    xp = jnp.concatenate([cache.astype(x.dtype), x], axis=1)
-    return conv3d(p["conv"], xp, padding=((0, 0), *spatial)), last_frames(xp, hist)
+    return causal_conv3d(p["conv"], x, cache, spatial)
 
 
 def _group_norm(p: dict, x: jax.Array, groups: int, eps: float) -> jax.Array:

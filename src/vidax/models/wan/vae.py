@@ -64,7 +64,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core.attention import attention
-from vidax.core.layers import conv3d, conv_jit, last_frames, linear
+from vidax.core.layers import causal_conv3d, conv3d, conv_jit, last_frames, linear
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
 
 # ---------------------------------------------------------------------------------------------
@@ -598,8 +598,7 @@ def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Ar
     hist = kt - 1
     if cache is None:
         cache = jnp.zeros((x.shape[0], hist, *x.shape[2:]), x.dtype)
-    xp = jnp.concatenate([cache.astype(x.dtype), x], axis=1)
-    return conv3d(p, xp, padding=((0, 0), *spatial)), last_frames(xp, hist)
+    return causal_conv3d(p, x, cache, spatial)
 
 
 def _rms_norm(p: dict, x: jax.Array) -> jax.Array:
