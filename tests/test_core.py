@@ -162,7 +162,7 @@ def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
 
 
 def test_last_frames_is_the_static_slice_whatever_the_values():
-    """core.layers.last_frames: ``x[:, -n:]`` exactly, a NaN in its first element (the start's +1) included."""
+    """core.layers.last_frames: ``x[:, -n:]`` exactly, a NaN in its probe (the start's +1) included."""
     import jax
 
     from vidax.core.layers import last_frames
@@ -170,8 +170,35 @@ def test_last_frames_is_the_static_slice_whatever_the_values():
     x = np.random.default_rng(0).standard_normal((2, 5, 3, 4)).astype(np.float32)
     for n in (1, 2, 5):
         np.testing.assert_array_equal(np.asarray(jax.jit(last_frames, static_argnums=1)(jnp.asarray(x), n)), x[:, -n:])
-    x[0, 0, 0, 0] = np.nan
+    x[0, -1, 0, 0] = np.nan
     np.testing.assert_array_equal(np.asarray(last_frames(jnp.asarray(x), 2)), x[:, -2:])
+
+
+@pytest.mark.parametrize("t, n", [(4, 2), (1, 2), (2, 2), (3, 1)])
+def test_causal_conv3d_is_the_conv_of_the_concatenation(t, n):
+    """core.layers.causal_conv3d: torch's Conv3d over ``cat([history, x])`` in time and that concatenation's last ``n``
+    frames, for chunks longer and shorter than the history, a NaN in the output's probe element included."""
+    import jax
+
+    from vidax.core.layers import causal_conv3d, conv3d
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, t, 6, 7, 4), dtype=np.float32)
+    h = rng.standard_normal((1, n, 6, 7, 4), dtype=np.float32)
+    w = rng.standard_normal((n + 1, 3, 3, 4, 5), dtype=np.float32)
+    b = rng.standard_normal(5, dtype=np.float32)
+    xp = np.concatenate([h, x], axis=1)
+    tx = torch.nn.functional.pad(torch.from_numpy(xp).permute(0, 4, 1, 2, 3), (1, 1, 1, 1, 0, 0))
+    ref = torch.nn.functional.conv3d(tx, torch.from_numpy(w).permute(4, 3, 0, 1, 2), torch.from_numpy(b)).permute(0, 2, 3, 4, 1)
+    p = {"kernel": jnp.asarray(w), "bias": jnp.asarray(b)}
+    y, nxt = jax.jit(causal_conv3d, static_argnums=3)(p, jnp.asarray(x), jnp.asarray(h), ((1, 1), (1, 1)))
+    assert _rel(y, ref.numpy()) < 1e-5
+    np.testing.assert_array_equal(np.asarray(nxt), xp[:, -n:])
+    p["bias"] = p["bias"].at[0].set(np.nan)  # y[0, -1, 0, 0, 0] is NaN: the slice start's +1, clamped
+    _, nxt = causal_conv3d(p, jnp.asarray(x), jnp.asarray(h), ((1, 1), (1, 1)))
+    np.testing.assert_array_equal(np.asarray(nxt), xp[:, -n:])
+    with pytest.raises(ValueError, match="history and time padding"):
+        conv3d(p, jnp.asarray(x), padding=((1, 1), (1, 1), (1, 1)), history=jnp.asarray(h))
 
 
 @pytest.mark.skipif(host_memory._malloc_trim() is None, reason="not glibc: trimming is a no-op there")
