@@ -35,6 +35,7 @@ New model families: add a :class:`Family` (checkpoint writer + one contender cla
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -206,24 +207,21 @@ def _patch_tokens(latent_shape):
 _wan_tokens = _patch_tokens(_wan_latent_shape)
 
 
-def _wan_convert(src: Path, dst: Path) -> bool:
-    """The same checkpoint translated once by ``vidax convert`` (vidax layout, loads as a plain copy)."""
-    try:
-        from vidax.models.wan.convert import convert_checkpoint
-    except ImportError:
-        return False
-    convert_checkpoint(src, dst, dtype="float32", text_encoder_dtype="float32", vae_dtype="float32")
-    return True
+def _converter(module: str):
+    """``(src, dst) -> bool``: the checkpoint translated once by ``vidax convert`` (``module.convert_checkpoint``,
+    vidax layout, loads as a plain copy), all in fp32 as written; False if that converter is unavailable."""
+    def convert(src: Path, dst: Path) -> bool:
+        try:
+            convert_checkpoint = importlib.import_module(module).convert_checkpoint
+        except (ImportError, AttributeError):
+            return False
+        convert_checkpoint(src, dst, dtype="float32", text_encoder_dtype="float32", vae_dtype="float32")
+        return True
+    return convert
 
 
-def _cog_convert(src: Path, dst: Path) -> bool:
-    """As :func:`_wan_convert`, for CogVideoX."""
-    try:
-        from vidax.models.cogvideox.convert import convert_checkpoint
-    except ImportError:
-        return False
-    convert_checkpoint(src, dst, dtype="float32", text_encoder_dtype="float32", vae_dtype="float32")
-    return True
+_wan_convert = _converter("vidax.models.wan.convert")
+_cog_convert = _converter("vidax.models.cogvideox.convert")
 
 
 def _wan_write(folder: Path, cfg: BenchConfig, task: str = "t2v") -> None:
