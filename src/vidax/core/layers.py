@@ -195,12 +195,13 @@ def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0
     if w.ndim == 4:
         w = w[None]
     x = x.astype(w.dtype)
+    history = None if history is None else history.astype(w.dtype)
     kt = w.shape[0]
     if history is not None and padding[0] != (0, 0):
         raise ValueError(f"conv3d: history and time padding {padding[0]} together; pad the history instead")
     if kt == 1 or jax.default_backend() != "cpu":
         if history is not None:
-            x = jnp.concatenate([history.astype(x.dtype), x], axis=1)
+            x = jnp.concatenate([history, x], axis=1)
         y = jax.lax.conv_general_dilated(x, w, window_strides=strides, padding=padding, dimension_numbers=_DN3,
                                          preferred_element_type=jnp.float32)
     else:
@@ -215,7 +216,7 @@ def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0
             if history is None:
                 return jax.lax.dynamic_slice_in_dim(x, i, st * (t_out - 1) + 1, axis=1)[:, ::st]
             j = st * jnp.arange(t_out) + i  # positions in [history, x]
-            old = jnp.take(history.astype(x.dtype), j, axis=1, mode="clip")
+            old = jnp.take(history, j, axis=1, mode="clip")
             new = jnp.take(x, j - n, axis=1, mode="clip")
             return jnp.where((j < n)[None, :, None, None, None], old, new)
 
