@@ -99,18 +99,22 @@ def test_patch_embed_equals_conv3d_and_unpatchify_inverts():
     np.testing.assert_array_equal(np.asarray(unpatchify(tokens, (3, 3, 4), (1, 2, 2), 4)), x.numpy())
 
 
-@pytest.mark.parametrize("kernel, strides, padding", [
-    ((3, 3, 3), (1, 1, 1), ((0, 0), (1, 1), (1, 1))),   # causal conv after the cache is prepended
-    ((3, 1, 1), (2, 1, 1), ((0, 0), (0, 0), (0, 0))),   # Wan encoder time_conv, stride 2 in time
-    ((3, 3, 3), (1, 2, 2), ((1, 1), (0, 1), (0, 1))),   # temporal padding and spatial stride
-    ((1, 3, 3), (1, 1, 1), ((0, 0), (1, 1), (1, 1))),   # per-frame 2D kernel
+@pytest.mark.parametrize("kernel, strides, padding, t", [
+    ((3, 3, 3), (1, 1, 1), ((0, 0), (1, 1), (1, 1)), 7),   # causal conv after the cache is prepended
+    ((3, 1, 1), (2, 1, 1), ((0, 0), (0, 0), (0, 0)), 7),   # Wan encoder time_conv, stride 2 in time
+    ((3, 3, 3), (1, 2, 2), ((1, 1), (0, 1), (0, 1)), 7),   # temporal padding and spatial stride
+    ((3, 3, 3), (1, 1, 1), ((2, 0), (1, 1), (1, 1)), 1),   # a first chunk's causal zero padding, one frame
+    ((3, 3, 3), (1, 1, 1), ((2, 0), (1, 1), (1, 1)), 4),   # ... four frames
+    ((3, 1, 1), (2, 1, 1), ((2, 1), (0, 0), (0, 0)), 6),   # padding on both sides, stride 2 in time
+    ((1, 3, 3), (1, 1, 1), ((0, 0), (1, 1), (1, 1)), 7),   # per-frame 2D kernel
 ])
-def test_conv3d_matches_torch(kernel, strides, padding):
-    """``core.layers.conv3d`` (on CPU: one 2D convolution per temporal tap) equals torch's Conv3d."""
+def test_conv3d_matches_torch(kernel, strides, padding, t):
+    """``core.layers.conv3d`` (on CPU: one 2D convolution per temporal tap, time padding selected by index)
+    equals torch's Conv3d of the padded input."""
     from vidax.core.layers import conv3d
 
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 7, 9, 10, 5), dtype=np.float32)  # (B, T, H, W, C), channels last
+    x = rng.standard_normal((2, t, 9, 10, 5), dtype=np.float32)  # (B, T, H, W, C), channels last
     w = rng.standard_normal((*kernel, 5, 6), dtype=np.float32)   # (kt, kh, kw, I, O)
     b = rng.standard_normal(6, dtype=np.float32)
     tx = torch.nn.functional.pad(torch.from_numpy(x).permute(0, 4, 1, 2, 3),
@@ -123,16 +127,19 @@ def test_conv3d_matches_torch(kernel, strides, padding):
 
 
 def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
-    """The VAEs' chunk functions are ``conv_jit`` programs (``ConvProgram``): on the CPU backend their compilation carries
-    ``CPU_CONV_COMPILER_OPTIONS`` (YNNPACK fusions off), and a conv_jit program computes what ``jax.jit``
-    computes (torch's Conv3d, as the test above), keeping static and donated arguments."""
+    """The VAEs' chunk functions (Wan's decoder: its head and tail) are ``conv_jit`` programs (``ConvProgram``):
+    on the CPU backend their compilation carries ``CPU_CONV_COMPILER_OPTIONS`` (YNNPACK fusions off), and a
+    conv_jit program computes what ``jax.jit`` computes (torch's Conv3d, as the test above), keeping static and
+    donated arguments."""
     import jax
 
     from vidax.core.layers import CPU_CONV_COMPILER_OPTIONS, ConvProgram, conv3d, conv_jit
     from vidax.models.cogvideox import vae as cog_vae
     from vidax.models.wan import vae as wan_vae
 
-    for fn in (wan_vae.encode_chunk, wan_vae.decode_chunk, cog_vae.encode_chunk, cog_vae.decode_chunk):
+    chunk_functions = (wan_vae.encode_chunk, wan_vae.decode_head, wan_vae.decode_tail,
+                       cog_vae.encode_chunk, cog_vae.decode_chunk)
+    for fn in chunk_functions:
         assert isinstance(fn, ConvProgram), fn
     wan_cfg = wan_vae.WanVAEConfig(base_dim=8, dim_mult=(1, 2), num_res_blocks=1, temperal_downsample=(True,))
     wan_params = jax.tree.map(jnp.asarray, random_params(wan_vae.vae_specs(wan_cfg)))

@@ -17,6 +17,8 @@ from vidax.models.wan.vae import (
     WanVAEConfig,
     decode,
     decode_chunk,
+    decode_head,
+    decode_tail,
     denormalize_latents,
     encode,
     load_vae,
@@ -100,18 +102,45 @@ def test_chunked_decode_matches_reference(tiny):
     assert [o.shape[2] for o in outs] == [1, 4, 4]
     assert cache_shapes[0] == cache_shapes[1] == cache_shapes[2]
     assert _rel(np.concatenate(outs, axis=2), ref) < 1e-5
-    if hasattr(decode_chunk, "_cache_size"):
-        before = decode_chunk._cache_size()
-        decode(params, cfg, jnp.asarray(np.zeros((1, 16, 4, H_LAT, W_LAT), np.float32)))
-        assert decode_chunk._cache_size() == before  # no recompilation for more latent frames
+    # Two programs each (first frame, later frames): no recompilation for more latent frames.
+    assert decode_head._cache_size() == decode_tail._cache_size() == 2
+    decode(params, cfg, jnp.asarray(np.zeros((1, 16, 4, H_LAT, W_LAT), np.float32)))
+    assert decode_head._cache_size() == decode_tail._cache_size() == 2
+
+
+def test_decoder_tail_passes_equal_one_pass(tiny, monkeypatch):
+    """decode_chunk runs the decoder's tail two frames at a time; the frames and the cache equal those of one
+    pass over all four (and the reference's, above), and that tail program's temporaries are smaller."""
+    import vidax.models.wan.vae as wan_vae
+
+    _, cfg, params, _ = tiny
+    z = jnp.asarray(np.random.default_rng(8).standard_normal((1, 16, 3, H_LAT, W_LAT), dtype=np.float32))
+
+    def run(tail_frames):
+        monkeypatch.setattr(wan_vae, "DECODER_TAIL_FRAMES", tail_frames)
+        cache, outs = None, []
+        for i in range(3):
+            y, cache = decode_chunk(params, cfg, z[:, :, i : i + 1], cache)
+            outs.append(np.asarray(y))
+        return np.concatenate(outs, axis=2), [np.asarray(a) for a in jax.tree.leaves(cache)]
+
+    (v2, c2), (v4, c4) = run(2), run(4)
+    assert _rel(v2, v4) < 1e-6
+    assert len(c2) == len(c4) and all(_rel(a, b) < 1e-6 for a, b in zip(c2, c4) if np.any(b))
+    _, cache = decode_chunk(params, cfg, z[:, :, :1], None)
+    x, _ = decode_head(params, cfg, z[:, :, 1:2], wan_vae._split_cache(cfg, cache)[0])
+    _, tail_cache = wan_vae._split_cache(cfg, cache)
+    temps = {t: decode_tail.lower(params, cfg, x[:, :t], tail_cache).compile().memory_analysis().temp_size_in_bytes
+             for t in (2, 4)}
+    assert temps[2] < 0.6 * temps[4], temps
 
 
 def test_donated_caches_at_full_resolution_are_updated_without_copies(tiny):
     """The chunk programs write the new cache entries of every stage with at least ``kt - 1`` frames straight into
     the donated old ones' buffers: the compiled programs copy none of those cache parameters (as a static slice
     XLA copied every cache entry first; at 832x480 float32 the decoder chunk's temporaries went 4.86 -> 3.14 GiB,
-    core.layers.last_frames). Entries of the one-frame latent stages still shift an old frame within the
-    buffer, which XLA copies."""
+    core.layers.last_frames), a chunk of exactly ``kt - 1`` frames included. Entries of the one-frame latent
+    stages still shift an old frame within the buffer, which XLA copies."""
     import re
 
     from vidax.models.wan.vae import encode_chunk
@@ -121,7 +150,7 @@ def test_donated_caches_at_full_resolution_are_updated_without_copies(tiny):
     def copied(chunk_fn, first, later, full_prefixes):
         _, cache = chunk_fn(params, cfg, first, None)
         hlo = chunk_fn.lower(params, cfg, later, cache).compile().as_text()
-        assert "cache__conv_out__" in hlo  # (the cache parameters keep their names)
+        assert "cache__conv_in__" in hlo or "cache__conv_out__" in hlo  # (the cache parameters keep their names)
         entries = {"cache__" + "____".join(p.key for p in path) + "__": a.shape
                    for path, a in jax.tree_util.tree_leaves_with_path(cache)}
         full = {e for e in entries if e.startswith(full_prefixes)}
@@ -132,14 +161,45 @@ def test_donated_caches_at_full_resolution_are_updated_without_copies(tiny):
         return set(re.findall(r"copy\(%(cache__\w+?)\.\d+\)", hlo)), set(entries), full, copied_shapes & full_shapes
 
     z = jnp.zeros((1, 16, 1, H_LAT, W_LAT), jnp.float32)
-    copies, entries, full, new_copies = copied(decode_chunk, z, z, ("cache__up_blocks____3", "cache__conv_out"))
+    x, _ = decode_head(params, cfg, z)  # (decode_chunk's tail passes: one frame first, then two with a cache)
+    full_res = ("cache__up_blocks____3", "cache__conv_out")
+    copies, entries, full, new_copies = copied(decode_tail, x[:, :1], jnp.concatenate([x, x], axis=1), full_res)
     assert full and not copies & full, sorted(copies & full)
     assert not new_copies, new_copies  # nor are the new entries computed aside and copied in (last_frames' probe)
+    # The head's last stage has exactly as many frames as the cache (2): also in place (causal_conv3d's select).
+    copies, entries, full, new_copies = copied(decode_head, z, z, ("cache__up_blocks____1",))
+    assert full and not copies & full, sorted(copies & full)
+    assert not new_copies, new_copies
     assert copies and copies <= entries  # the latent-stage copies are found, under the cache's own names
     x = jnp.zeros((1, 3, 4, 8 * H_LAT, 8 * W_LAT), jnp.float32)
     copies, entries, full, new_copies = copied(encode_chunk, x[:, :, :1], x, ("cache__conv_in", "cache__down_blocks____0"))
     assert full and not copies & full, sorted(copies & full)
     assert not new_copies, new_copies
+
+
+def test_first_chunks_fold_no_frame_sized_constants(tiny, tmp_path):
+    """The first chunk (no cache yet) pads in time by index, never with a zero cache: a zero history gathered
+    from is a constant, and XLA's constant folding evaluated every such gather at compile time (the Wan2.1
+    decoder's first chunk at 128x128: 14 zero frames of 6-12 MiB, 0.25 GiB of compiler memory, 1.3 s).
+    Reads the module XLA dumps after its constant-folding passes."""
+    import re
+
+    from vidax.models.wan.vae import encode_chunk
+
+    _, cfg, params, _ = tiny
+    frame = 8 * H_LAT * 8 * W_LAT * cfg.base_dim  # one full-resolution activation frame, elements
+    z = jnp.zeros((1, 16, 1, H_LAT, W_LAT), jnp.float32)
+    programs = {"decode_head": (decode_head, z), "decode_tail": (decode_tail, decode_head(params, cfg, z)[0]),
+                "encode": (encode_chunk, jnp.zeros((1, 3, 1, 8 * H_LAT, 8 * W_LAT), jnp.float32))}
+    for name, (fn, x) in programs.items():
+        dump = tmp_path / name
+        fn.lower(params, cfg, x, None).compile(compiler_options={
+            "xla_dump_to": str(dump), "xla_dump_hlo_pass_re": "constant-folding|constant_folding"})
+        folded = sorted(dump.glob("*after_constant*folding*.txt"))
+        assert folded, sorted(p.name for p in dump.iterdir())[:5]
+        sizes = [int(np.prod([int(d) for d in dims.split(",") if d]))
+                 for f in folded for dims in re.findall(r"= f32\[([\d,]*)\]\{[\d,]*\} constant\(", f.read_text())]
+        assert max(sizes, default=0) < frame, (name, sorted(sizes)[-5:])
 
 
 def test_other_config_batch2(tmp_path_factory):

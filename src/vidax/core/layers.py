@@ -188,8 +188,11 @@ def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0
     (unrolled, XLA kept all of them: the Wan2.2 decode chunk's temporaries went from 0.63 to 1.83 GiB; in
     the loop 0.63). Each tap gathers its frames from ``history`` and ``x`` by index (a gather and a
     select, which depend on the tap): the concatenation, loop-invariant, would be hoisted out of the loop
-    by XLA and held (6 frames for a 4-frame chunk) beside each tap's copy. Other backends (cuDNN, TPU)
-    take the 3D convolution as it is.
+    by XLA and held (6 frames for a 4-frame chunk) beside each tap's copy. Time padding is selected the
+    same way (zeros where a tap's frame falls outside ``x``), never materialised: a padded copy, or a
+    zero history gathered from, is a constant that XLA's constant folding evaluates at compile time
+    (the Wan2.1 decoder's first chunk at 128x128: 14 zero frames of 6-12 MiB, 0.25 GiB of compiler
+    memory). Other backends (cuDNN, TPU) take the 3D convolution as it is.
     """
     w = p["kernel"]
     if w.ndim == 4:
@@ -206,19 +209,19 @@ def conv3d(p: dict, x: jax.Array, strides=(1, 1, 1), padding=((0, 0), (0, 0), (0
                                          preferred_element_type=jnp.float32)
     else:
         st = strides[0]
-        if padding[0] != (0, 0):
-            x = jnp.pad(x, ((0, 0), padding[0], (0, 0), (0, 0), (0, 0)))
-        n = 0 if history is None else history.shape[1]
-        b, t = x.shape[0], n + x.shape[1]
+        (lo, hi), t_in = padding[0], x.shape[1]
+        before = lo if history is None else history.shape[1]  # frames before x: zero padding or history
+        b, t = x.shape[0], before + t_in + hi
         t_out = (t - kt) // st + 1
 
         def frames_of(i):
-            if history is None:
+            if before == 0 and hi == 0:
                 return jax.lax.dynamic_slice_in_dim(x, i, st * (t_out - 1) + 1, axis=1)[:, ::st]
-            j = st * jnp.arange(t_out) + i  # positions in [history, x]
-            old = jnp.take(history, j, axis=1, mode="clip")
-            new = jnp.take(x, j - n, axis=1, mode="clip")
-            return jnp.where((j < n)[None, :, None, None, None], old, new)
+            j = st * jnp.arange(t_out) + i - before  # positions in x; < 0: history or padding
+            inside = ((j >= 0) & (j < t_in))[None, :, None, None, None]
+            new = jnp.take(x, j, axis=1, mode="clip")
+            old = 0.0 if history is None else jnp.take(history, j + before, axis=1, mode="clip")
+            return jnp.where(inside, new, jnp.asarray(old, x.dtype))
 
         def tap(i):
             return jax.lax.conv_general_dilated(frames_of(i).reshape(b * t_out, *x.shape[2:]), w[i],
@@ -248,8 +251,10 @@ def causal_conv3d(p: dict, x: jax.Array, history: jax.Array, spatial=((0, 0), (0
 
     With ``T >= n`` the next history is ``x[:, -n:]``, sliced at a start that depends on ``y`` (see
     :func:`last_frames`; clamped, so exactly those frames): computed after the convolution's last read of
-    ``history``, it is written straight into ``history``'s buffer when the cache is donated. Shorter chunks
-    (the latent stage's single frame) take :func:`last_frames` of the concatenation.
+    ``history``, it is written straight into ``history``'s buffer when the cache is donated. With ``T == n``
+    (all of ``x``) XLA would drop a whole-size slice, write ``x`` into that buffer at once and copy the old
+    history first; a select on ``y`` (never taken) keeps the order. Shorter chunks (the latent stage's single
+    frame) take :func:`last_frames` of the concatenation.
     """
     n = history.shape[1]
     history = history.astype(x.dtype)
@@ -258,4 +263,6 @@ def causal_conv3d(p: dict, x: jax.Array, history: jax.Array, spatial=((0, 0), (0
     if t < n:
         return y, last_frames(jnp.concatenate([history, x], axis=1), n)
     after = jnp.isnan(y[(0, y.shape[1] - 1) + (0,) * (y.ndim - 2)]).astype(jnp.int32)  # 0 or 1, clamped away
+    if t == n:  # a whole-size slice would fold away (and with it the dependence on y): select instead
+        return y, jnp.where(after > 1, jnp.zeros_like(x), x)
     return y, jax.lax.dynamic_slice_in_dim(x, t - n + after, n, axis=1)

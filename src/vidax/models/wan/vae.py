@@ -25,8 +25,9 @@ Temporal cache
       the first chunk is therefore zeros.
 
     ``cache=None`` means "first chunk" (the reference's ``feat_cache`` full of ``None``);
-    every later chunk has the same cache shapes, so :func:`encode_chunk` /
-    :func:`decode_chunk` compile twice per input shape (first chunk, all others).
+    every later chunk has the same cache shapes, so :func:`encode_chunk`, and the decoder's
+    :func:`decode_head` and :func:`decode_tail` (which :func:`decode_chunk` composes), compile twice per
+    input shape (first chunk, all others).
 
 Precision
     Convolutions and matmuls take their inputs in the weights' dtype and accumulate in
@@ -63,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
+from vidax.core import host_memory
 from vidax.core.attention import attention
 from vidax.core.layers import causal_conv3d, conv3d, conv_jit, last_frames, linear
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
@@ -596,8 +598,12 @@ def _causal_conv(p: dict, x: jax.Array, cache: jax.Array | None) -> tuple[jax.Ar
     if kt == 1:
         return conv3d(p, x, padding=((0, 0), *spatial)), None
     hist = kt - 1
-    if cache is None:
-        cache = jnp.zeros((x.shape[0], hist, *x.shape[2:]), x.dtype)
+    if cache is None:  # the first chunk: causal zero padding (no zero cache: XLA would constant-fold it)
+        y = conv3d(p, x, padding=((hist, 0), *spatial))
+        t = x.shape[1]
+        if t >= hist:
+            return y, x[:, t - hist:]
+        return y, jnp.concatenate([jnp.zeros((x.shape[0], hist - t, *x.shape[2:]), x.dtype), x], axis=1)
     return causal_conv3d(p, x, cache, spatial)
 
 
@@ -801,31 +807,100 @@ def _encoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tu
     return x, new
 
 
-def _decoder(p: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None) -> tuple[jax.Array, dict]:
-    first = cache is None
-    new: dict = {}
+#: Frames per pass through the decoder's tail, the stages after its last temporal upsampling
+#: (:func:`decode_chunk`); the causal convolutions' history length, so each pass's cache is its own input.
+DECODER_TAIL_FRAMES = 2
+
+
+def _up_stage(p: dict, cfg: WanVAEConfig, i: int, x: jax.Array, cache: dict | None,
+              first: bool) -> tuple[jax.Array, dict]:
+    """``decoder.up_blocks[i]`` (``WanUpBlock``, or ``WanResidualUpBlock`` for Wan2.2) with its cache."""
+    _, cout, n_res, mode = _decoder_plan(cfg)[0][i]
+    bp = p["up_blocks"][str(i)]
+    if cfg.is_residual:
+        return _residual_up_block(bp, x, cache, first, cout, mode)
+    resnets = {}
+    for r in range(n_res):
+        x, resnets[str(r)] = _res_block(bp["resnets"][str(r)], x, _get(cache, "resnets", str(r)))
+    entry: dict = {"resnets": resnets}
+    if mode is not None:
+        x, c = _resample(bp["upsamplers"]["0"], x, mode, _get(cache, "upsamplers", "0"), first)
+        if c is not None:
+            entry["upsamplers"] = {"0": c}
+    return x, entry
+
+
+def _tail_start(cfg: WanVAEConfig) -> int:
+    """Index of the first up block after the decoder's last temporal upsampling (its tail starts there)."""
+    return max((i + 1 for i, (*_, mode) in enumerate(_decoder_plan(cfg)[0]) if mode == "up3d"), default=0)
+
+
+def _split_cache(cfg: WanVAEConfig, cache: dict | None) -> tuple[dict | None, dict | None]:
+    """The decoder cache as ``(head part, tail part)``; :func:`_join_cache` inverts it."""
+    if cache is None:
+        return None, None
+    k = _tail_start(cfg)
+    blocks = cache["up_blocks"]
+    head = {"conv_in": cache["conv_in"], "mid_block": cache["mid_block"],
+            "up_blocks": {i: c for i, c in blocks.items() if int(i) < k}}
+    return head, {"up_blocks": {i: c for i, c in blocks.items() if int(i) >= k}, "conv_out": cache["conv_out"]}
+
+
+def _join_cache(head: dict, tail: dict) -> dict:
+    return {"conv_in": head["conv_in"], "mid_block": head["mid_block"],
+            "up_blocks": {**head["up_blocks"], **tail["up_blocks"]}, "conv_out": tail["conv_out"]}
+
+
+@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
+def decode_head(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
+    """``post_quant_conv`` and ``WanDecoder3d`` up to its last temporal upsampling, on one latent frame; jitted.
+
+    Args:
+      params: VAE parameters.
+      cfg: static configuration.
+      z: one de-normalised latent frame ``(B, z_dim, 1, h, w)``.
+      cache: the head part of the decoder cache (``None`` on the first frame); donated.
+
+    Returns:
+      ``(x, cache)``: channels-last activations ``(B, t, h', w', C)`` in the compute dtype for
+      :func:`decode_tail` (``t = 1`` on the first frame, 4 after), and the new head cache.
+    """
+    x = jnp.transpose(z, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
+    x = conv3d(params["post_quant_conv"], x)
+    p, first, new = params["decoder"], cache is None, {}
     x, new["conv_in"] = _causal_conv(p["conv_in"], x, _get(cache, "conv_in"))
     x, new["mid_block"] = _mid_block(p["mid_block"], x, _get(cache, "mid_block"))
-    plan, _ = _decoder_plan(cfg)
-    blocks: dict = {}
-    for i, (_, cout, n_res, mode) in enumerate(plan):
-        bp, bc = p["up_blocks"][str(i)], _get(cache, "up_blocks", str(i))
-        if cfg.is_residual:
-            x, blocks[str(i)] = _residual_up_block(bp, x, bc, first, cout, mode)
-            continue
-        resnets = {}
-        for r in range(n_res):
-            x, resnets[str(r)] = _res_block(bp["resnets"][str(r)], x, _get(bc, "resnets", str(r)))
-        entry: dict = {"resnets": resnets}
-        if mode is not None:
-            x, c = _resample(bp["upsamplers"]["0"], x, mode, _get(bc, "upsamplers", "0"), first)
-            if c is not None:
-                entry["upsamplers"] = {"0": c}
-        blocks[str(i)] = entry
-    new["up_blocks"] = blocks
-    x = jax.nn.silu(_rms_norm(p["norm_out"], x))
-    x, new["conv_out"] = _causal_conv(p["conv_out"], x, _get(cache, "conv_out"))
+    new["up_blocks"] = {}
+    for i in range(_tail_start(cfg)):
+        x, new["up_blocks"][str(i)] = _up_stage(p, cfg, i, x, _get(cache, "up_blocks", str(i)), first)
     return x, new
+
+
+@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
+def decode_tail(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
+    """The rest of ``WanDecoder3d`` (the up blocks after the last temporal upsampling, ``norm_out``,
+    ``conv_out``) on some frames of :func:`decode_head`'s output; jitted.
+
+    Every operation here is per frame or causal in time, so consecutive frame groups with the cache carried
+    from one call to the next give exactly the frames of one call on all of them.
+
+    Args:
+      params: VAE parameters.
+      cfg: static configuration.
+      x: ``(B, t, h', w', C)``, consecutive frames of :func:`decode_head`'s output.
+      cache: the tail part of the decoder cache, from the previous call (``None`` before the first frame);
+        donated.
+
+    Returns:
+      ``(video, cache)``: ``video (B, video_channels, t, s h, s w)`` float32 clamped to ``[-1, 1]``.
+    """
+    p, first, new = params["decoder"], cache is None, {"up_blocks": {}}
+    for i in range(_tail_start(cfg), len(_decoder_plan(cfg)[0])):
+        x, new["up_blocks"][str(i)] = _up_stage(p, cfg, i, x, _get(cache, "up_blocks", str(i)), first)
+    x = jax.nn.silu(_rms_norm(p["norm_out"], x))
+    y, new["conv_out"] = _causal_conv(p["conv_out"], x, _get(cache, "conv_out"))
+    y = jnp.clip(y.astype(jnp.float32), -1.0, 1.0)
+    return unpatchify(jnp.transpose(y, (0, 4, 1, 2, 3)), cfg.patch_size), new
 
 
 #: Top-level parts of :func:`vae_specs` that encoding reads (a text-to-video pipeline loads them only on demand).
@@ -870,17 +945,21 @@ def encode_chunk(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | No
     return jnp.transpose(h, (0, 4, 1, 2, 3)), cache
 
 
-@conv_jit(static_argnames=("cfg",), donate_argnames=("cache",))
 def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | None = None) -> tuple[jax.Array, dict]:
-    """One decoder step (``post_quant_conv``, then ``WanDecoder3d`` with its feature cache); jitted.
+    """One decoder step (``post_quant_conv``, then ``WanDecoder3d`` with its feature cache).
+
+    Runs :func:`decode_head` on the latent frame, then :func:`decode_tail` on its output
+    :data:`DECODER_TAIL_FRAMES` frames at a time (host loop; each program compiles once for the first frame
+    and once for all later ones). The tail holds the chunk's largest activations (the two highest
+    resolutions); in passes of 2 of the 4 frames their temporaries halve, and every pass writes its cache into
+    the donated one's buffers (docs/design.md, "Decoder passes"). The frames equal one pass over all four.
 
     Args:
       params: VAE parameters.
       cfg: static configuration.
       z: one de-normalised latent frame ``(B, z_dim, 1, h, w)``.
       cache: ``None`` for the first latent frame (the reference's ``first_chunk``), else
-        the cache returned by the previous call. All calls after the first share one
-        compiled program.
+        the cache returned by the previous call.
         Donated: its buffers are reused for the new cache (at 480p the Wan2.1 decoder's cache is 1.8 GiB),
         so it is deleted by the call; pass each cache once.
 
@@ -889,11 +968,19 @@ def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | No
       ``[-1, 1]`` (``s`` = ``spatial_compression``; unpatchified for Wan2.2), ``t = 1`` for the
       first chunk and ``temporal_compression`` (4) after.
     """
-    x = jnp.transpose(z, (0, 2, 3, 4, 1)).astype(_compute_dtype(params))
-    x = conv3d(params["post_quant_conv"], x)
-    y, cache = _decoder(params["decoder"], cfg, x, cache)
-    y = jnp.clip(y.astype(jnp.float32), -1.0, 1.0)
-    return unpatchify(jnp.transpose(y, (0, 4, 1, 2, 3)), cfg.patch_size), cache
+    # On CPU each program waits for the one before: device memory is host memory, and the runtime would run
+    # the next chunk's head beside this chunk's tail (they are independent) or a compilation beside a run.
+    wait = jax.block_until_ready if jax.default_backend() == "cpu" else (lambda a: a)
+    head_cache, tail_cache = _split_cache(cfg, cache)
+    x, head_cache = wait(decode_head(params, cfg, z, head_cache))
+    t = x.shape[1]
+    step = DECODER_TAIL_FRAMES if t % DECODER_TAIL_FRAMES == 0 else t
+    videos = []
+    for s in range(0, t, step):
+        y, tail_cache = wait(decode_tail(params, cfg, x[:, s : s + step], tail_cache))
+        videos.append(y)
+    video = videos[0] if len(videos) == 1 else jnp.concatenate(videos, axis=2)
+    return video, _join_cache(head_cache, tail_cache)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -944,8 +1031,9 @@ def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array
 def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
     """Decode latents to video (``AutoencoderKLWan.decode(z).sample``).
 
-    One latent frame per :func:`decode_chunk` call (host loop; two compiled programs per
-    latent shape), outputs concatenated in time.
+    One latent frame per :func:`decode_chunk` call (host loop; four compiled programs per
+    latent shape), outputs concatenated in time. On CPU the heap's free pages go back to the OS at the end
+    (:func:`vidax.core.host_memory.trim`).
 
     Args:
       params: VAE parameters.
@@ -966,7 +1054,10 @@ def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
     for i in range(latents.shape[2]):
         y, cache = decode_chunk(params, cfg, latents[:, :, i : i + 1], cache)
         outs.append(y)
-    return jnp.concatenate(outs, axis=2)
+    video = jnp.concatenate(outs, axis=2)
+    if jax.default_backend() == "cpu":  # the programs' freed temporaries back to the OS (core.host_memory)
+        host_memory.trim()
+    return video
 
 
 def _stats(cfg: WanVAEConfig, dtype) -> tuple[jax.Array, jax.Array]:
