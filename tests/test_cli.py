@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vidax.cli import main
@@ -49,6 +50,87 @@ def test_bad_input_errors_and_writes_nothing(ckpt, tmp_path, capsys, args, messa
     assert _generate(ckpt, out, *args) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--guidance-scale", "inf"], "--guidance-scale: must be a finite number, got inf"),
+        (["--guidance-scale", "nan"], "--guidance-scale: must be a finite number, got nan"),
+        (["--seed", str(2**32)], "seed=4294967296 is outside \\[0, 2\\*\\*32 - 1\\].*repeat the noise of seed 0"),
+        (["--seed", "-1"], "seed=-1 is negative"),
+        (["--seed", "1.5"], "invalid seed value: '1.5'"),
+        (["--fps", "0"], "--fps: must be a positive integer, got 0"),
+        (["--compile-cache", ""], "--compile-cache: is empty: pass a directory, or --no-compile-cache"),
+        (["--compile-cache", "c", "--no-compile-cache"], "not allowed with argument --compile-cache"),
+        (["--auto-split", "--memory-gb", "-1"], "--memory-gb: must be positive, got -1"),
+    ],
+)
+def test_bad_flag_values_are_refused_by_the_parser(ckpt, tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        _generate(ckpt, tmp_path / "v.mp4", *args)
+    assert e.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Fail the test if a pipeline starts loading: output checks must come first."""
+    from vidax.models.wan.pipeline import WanPipeline
+
+    def refuse(*a, **k):
+        raise AssertionError("the checkpoint was loaded before the output paths were checked")
+
+    monkeypatch.setattr(WanPipeline, "from_pretrained", classmethod(refuse))
+
+
+def test_unwritable_outputs_fail_before_loading(ckpt, tmp_path, capsys, no_loading):
+    (tmp_path / "folder.mp4").mkdir()
+    (tmp_path / "file").write_text("")
+    cases = [
+        ([], tmp_path / "folder.mp4", "--out .*folder.mp4 is a folder"),
+        ([], tmp_path / "file" / "v.mp4", "--out .*file/v.mp4: cannot write there \\(a file stands where a folder"),
+        (["--metrics-json", str(tmp_path / "same.mp4")], tmp_path / "same.mp4",
+         "--metrics-json .*same.mp4 is the --out video itself; pick another file, e.g. .*same.json"),
+        (["--metrics-json", str(tmp_path / "file" / "m.json")], tmp_path / "v.mp4",
+         "--metrics-json .*m.json: cannot write there"),
+    ]
+    for extra, out, message in cases:
+        assert _generate(ckpt, out, *extra) == 2
+        err = capsys.readouterr().err
+        assert re.search(message, err), err
+        assert "part" not in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.mp4"]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(ckpt, tmp_path, capsys, monkeypatch):
+    import vidax.cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vidax.cli, "generate", interrupted)
+    assert _generate(ckpt, tmp_path / "v.mp4") == 130
+    assert capsys.readouterr().err.strip() == "vidax: interrupted; no output was written"
+
+
+def test_nan_weights_fail_instead_of_writing_black_frames(ckpt, tmp_path, capsys):
+    """NaN in the transformer's output projection: every latent is NaN; the run reports it and writes nothing."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    broken = tmp_path / "nan"
+    shutil.copytree(ckpt, broken)
+    path = broken / "transformer" / "diffusion_pytorch_model.safetensors"
+    sd = load_file(str(path))
+    sd["proj_out.weight"] = np.full_like(sd["proj_out.weight"], np.nan)
+    save_file(sd, str(path))
+    out = tmp_path / "v.mp4"
+    assert _generate(broken, out) == 2
+    assert "the generated video holds NaN or infinite values" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_missing_checkpoint_part_is_named(ckpt, tmp_path, capsys):
@@ -121,9 +203,8 @@ def test_compile_cache_directory_resolution(monkeypatch, tmp_path):
     for off in ("off", "0", "", "None"):
         monkeypatch.setenv("VIDAX_COMPILE_CACHE", off)
         assert compile_cache.default_dir() is None and compile_cache.enable() is None
-    args = _parser().parse_args(["generate", "--checkpoint", "x", "--prompt", "p", "--no-compile-cache",
-                                 "--compile-cache", str(tmp_path / "unused")])
-    assert enable_compile_cache(args) is None and not (tmp_path / "unused").exists()
+    args = _parser().parse_args(["generate", "--checkpoint", "x", "--prompt", "p", "--no-compile-cache"])
+    assert enable_compile_cache(args) is None
     blocked = tmp_path / "file"
     blocked.write_text("")
     with pytest.warns(RuntimeWarning, match="unusable.*compiling without it"):

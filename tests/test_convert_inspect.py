@@ -1,6 +1,7 @@
 """`vidax convert` (translate once, load as a plain copy) and `vidax inspect` (headers only)."""
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -143,6 +144,20 @@ def test_inspect_reports_layout_counts_and_unknown_keys(demo, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Wan2.1 transformer (diffusers layout)" in out
     assert "keys our map does not know: 1" in out and "blocks.0.attn1.surprise.weight" in out
+
+
+def test_inspect_exits_nonzero_on_a_checkpoint_that_will_not_load(demo, tmp_path, capsys):
+    """A renamed tensor: the report lists the missing and unexpected keys, and the exit status says it fails."""
+    broken = tmp_path / "broken"
+    shutil.copytree(demo, broken)
+    path = broken / "transformer" / "diffusion_pytorch_model.safetensors"
+    sd = load_file(str(path))
+    sd["blocks.0.attn1.renamed.weight"] = sd.pop("blocks.0.attn1.to_q.weight")
+    save_file(sd, str(path))
+    assert main(["inspect", str(broken)]) == 1
+    captured = capsys.readouterr()
+    assert "does not match its configuration" in captured.out and "blocks.0.attn1.to_q.weight" in captured.out
+    assert "will not load" in captured.err
 
 
 def test_inspect_original_i2v_release_and_its_clip_file(tmp_path, capsys):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import tempfile
+import warnings
 import sys
 import time
 from pathlib import Path
@@ -14,6 +17,56 @@ from vidax.models.wan.config import PRESETS, WAN_NEGATIVE_PROMPT
 # Defaults when neither a flag nor a preset sets a value (diffusers WanPipeline's defaults).
 _DEFAULTS = dict(height=480, width=832, num_frames=81, steps=50, guidance_scale=5.0, flow_shift=None,
                  dtype="bfloat16", negative_prompt=WAN_NEGATIVE_PROMPT, fps=16)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or positive, got {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    from vidax.core.inputs import check_seed
+
+    value = int(text)  # (a ValueError here: argparse's "invalid seed value")
+    try:
+        return check_seed(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _directory(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: pass a directory, or --no-compile-cache to turn the cache off")
+    return text
+
+
+# argparse reports a type function's ValueError as "invalid <name> value"; these names read as the expected type.
+_positive_int.__name__ = "positive integer"
+_finite_float.__name__ = _positive_float.__name__ = _non_negative_float.__name__ = "number"
+_seed.__name__ = "seed"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,19 +80,19 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--last-image", default=None, help="last frame (first-last-frame: Wan2.1 FLF2V, Wan2.2 I2V A14B)")
     g.add_argument("--max-area", type=int, default=None,
                    help="with --image and no --height/--width: output pixels (the image's aspect ratio is kept)")
-    g.add_argument("--guidance-scale-2", type=float, default=None,
+    g.add_argument("--guidance-scale-2", type=_finite_float, default=None,
                    help="Wan2.2 A14B: guidance of the low-noise expert (default: --guidance-scale)")
     g.add_argument("--preset", choices=sorted(PRESETS) + sorted(_cogvideox_presets()), default=None,
                    help="reference settings of a benchmark row (size, frames, steps, shift, dtype)")
     g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16")
     g.add_argument("--width", type=int, default=None, help="pixels, multiple of 16")
-    g.add_argument("--num-frames", type=int, default=None, help="4k+1 frames")
+    g.add_argument("--num-frames", type=int, default=None, help="4k+1 frames (Wan), 8k+1 (CogVideoX)")
     g.add_argument("--steps", type=int, default=None, help="sampler steps")
-    g.add_argument("--guidance-scale", type=float, default=None)
-    g.add_argument("--flow-shift", type=float, default=None, help="default: the checkpoint scheduler's shift")
+    g.add_argument("--guidance-scale", type=_finite_float, default=None, help="CFG scale; 1 or below turns CFG off")
+    g.add_argument("--flow-shift", type=_positive_float, default=None, help="default: the checkpoint scheduler's shift")
     g.add_argument("--sampler", choices=["unipc", "euler", "ddim", "dpm"], default=None,
                    help="default: the checkpoint's (UniPC for Wan, DDIM for CogVideoX; ddim/dpm are CogVideoX samplers)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=_seed, default=0, help="noise seed, 0 to 2**32 - 1")
     g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
     g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash", "cpu_flash"],
                    default="auto", help="attention kernel; auto: cudnn on GPU, splash on TPU, cpu_flash on CPU")
@@ -57,10 +110,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="free the float32 text encoder after encoding (auto: on accelerators, not on CPU)")
     g.add_argument("--auto-split", action="store_true",
                    help="choose --dp/--tp/--sp/--offload-chunk with the memory planner (see `vidax plan`) for all devices")
-    g.add_argument("--memory-gb", type=float, default=None,
+    g.add_argument("--memory-gb", type=_positive_float, default=None,
                    help="with --auto-split: per-device memory budget in GiB (default: what the device reports; on "
                         "CPU the host's memory divided by the device count)")
-    g.add_argument("--reserve-gb", type=float, default=0.0,
+    g.add_argument("--reserve-gb", type=_non_negative_float, default=0.0,
                    help="with --auto-split: GiB per device kept free for the text encoder and the VAE")
     g.add_argument("--distributed", action="store_true",
                    help="several hosts: call jax.distributed.initialize() first (arguments from the flags below or the "
@@ -68,14 +121,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--coordinator-address", default=None, help="with --distributed: host:port of process 0")
     g.add_argument("--num-processes", type=int, default=None, help="with --distributed: number of processes")
     g.add_argument("--process-id", type=int, default=None, help="with --distributed: this process's index")
-    g.add_argument("--fps", type=int, default=None)
+    g.add_argument("--fps", type=_positive_int, default=None,
+                   help="frames per second of the mp4 (default: the model's)")
     g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
     g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
     g.add_argument("--no-progress", action="store_true")
-    g.add_argument("--compile-cache", default=None, metavar="DIR",
-                   help="keep compiled programs here for later runs (default: $VIDAX_COMPILE_CACHE, else "
-                        "$XDG_CACHE_HOME/vidax/jax or ~/.cache/vidax/jax)")
-    g.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh, write no cache")
+    cache = g.add_mutually_exclusive_group()
+    cache.add_argument("--compile-cache", type=_directory, default=None, metavar="DIR",
+                       help="keep compiled programs here for later runs (default: $VIDAX_COMPILE_CACHE, else "
+                            "$XDG_CACHE_HOME/vidax/jax or ~/.cache/vidax/jax)")
+    cache.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh, write no cache")
 
     i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
     i.add_argument("path", help="a Wan or CogVideoX checkpoint folder (any layout), a component folder, or a weights file")
@@ -84,12 +139,13 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the generation settings to plan")
     pl.add_argument("--checkpoint", default=None, help="take the transformer architecture from this checkpoint "
                     "(default: the preset's model)")
-    pl.add_argument("--devices", type=int, default=None,
+    pl.add_argument("--devices", type=_positive_int, default=None,
                     help="devices of the run (default: the preset's tp x sp, the paper's chip count)")
-    pl.add_argument("--memory-gb", type=float, default=None,
+    pl.add_argument("--memory-gb", type=_positive_float, default=None,
                     help="per-device memory budget in GiB (default: what the device reports, else 30.75: the usable "
                          "HBM of a TPU v4 chip, the paper's budget)")
-    pl.add_argument("--reserve-gb", type=float, default=0.0, help="GiB per device kept free for the text encoder and VAE")
+    pl.add_argument("--reserve-gb", type=_non_negative_float, default=0.0,
+                    help="GiB per device kept free for the text encoder and VAE")
     pl.add_argument("--height", type=int, default=None)
     pl.add_argument("--width", type=int, default=None)
     pl.add_argument("--num-frames", type=int, default=None)
@@ -157,6 +213,46 @@ def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fp
     return True
 
 
+def check_outputs(args) -> Path:
+    """Check ``--out`` and ``--metrics-json`` before anything is loaded; return the video's path.
+
+    ``~`` is expanded in both (``args.metrics_json`` is updated). Each file's folder is created and a probe file
+    written and removed there, so a path that cannot be written fails now rather than after the generation.
+
+    Raises:
+      ValueError: ``--out`` not ending in ``.mp4``, either path an existing folder or inside a file, a folder
+        that cannot be written, or both flags naming the same file.
+    """
+    out = Path(args.out).expanduser()
+    if out.suffix.lower() != ".mp4":
+        raise ValueError(f"--out {out} must end in .mp4")
+    _check_writable(out, "--out")
+    if args.metrics_json:
+        metrics = Path(args.metrics_json).expanduser()
+        if metrics.resolve() == out.resolve():
+            raise ValueError(f"--metrics-json {metrics} is the --out video itself; pick another file, e.g. "
+                             f"{out.with_suffix('.json')}")
+        _check_writable(metrics, "--metrics-json")
+        args.metrics_json = str(metrics)
+    return out
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Raise ValueError naming ``flag`` and ``path`` unless a file can be written at ``path``."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; pass a file path inside it, e.g. {path / 'video.mp4'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        if isinstance(e, (FileExistsError, NotADirectoryError)):
+            reason = "a file stands where a folder of the path should be"
+        raise ValueError(f"{flag} {path}: cannot write there ({reason}); choose another path") from None
+
+
 def _cogvideox_presets() -> dict:
     from vidax.models.cogvideox.config import PRESETS as COGVIDEOX_PRESETS
 
@@ -186,9 +282,7 @@ def generate_cogvideox(args) -> int:
     sampler = args.sampler or (pr.sampler if pr else None)
     if sampler not in (None, "ddim", "dpm"):
         raise ValueError(f"--sampler {sampler} is not a CogVideoX sampler; choose ddim or dpm")
-    out = Path(args.out)
-    if out.suffix.lower() != ".mp4":
-        raise ValueError(f"--out {out} must end in .mp4")
+    out = check_outputs(args)
     t0 = time.perf_counter()
     pipe = CogVideoXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
                                              attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
@@ -229,9 +323,7 @@ def generate(args) -> int:
     # Every check that needs no weights runs before anything is loaded or computed.
     check_inputs(s["height"], s["width"], s["num_frames"])
     check_checkpoint_dir(args.checkpoint)
-    out = Path(args.out)
-    if out.suffix.lower() != ".mp4":
-        raise ValueError(f"--out {out} must end in .mp4")
+    out = check_outputs(args)
 
     if args.distributed:
         init_distributed(args)
@@ -288,9 +380,7 @@ def generate_general(args) -> int:
     check_checkpoint_dir(args.checkpoint)
     image = load_image(args.image, "--image") if args.image else None
     last = load_image(args.last_image, "--last-image") if args.last_image else None
-    out = Path(args.out)
-    if out.suffix.lower() != ".mp4":
-        raise ValueError(f"--out {out} must end in .mp4")
+    out = check_outputs(args)
     # Explicit --height/--width win; with an image a preset gives the area, not the size.
     height, width, max_area = args.height, args.width, args.max_area
     if height is None and width is None:
@@ -379,9 +469,7 @@ def _prepare_devices(n: int) -> None:
 def plan(args) -> int:
     """``vidax plan``: compile the preset's step for every split on abstract shapes and print per-device memory."""
     preset = PRESETS[args.preset]
-    devices = args.devices or preset.tp * preset.sp
-    if devices < 1:
-        raise ValueError(f"--devices must be >= 1, got {devices}")
+    devices = args.devices if args.devices is not None else preset.tp * preset.sp
     _prepare_devices(devices)
     from vidax.core.planner import Split, device_memory_bytes
     from vidax.models.wan.layout import resolve_checkpoint
@@ -426,7 +514,13 @@ def inspect(args) -> int:
         from vidax.models.cogvideox.inspection import inspect_checkpoint
     else:
         from vidax.models.wan.inspection import inspect_checkpoint
-    print("\n".join(inspect_checkpoint(args.path)))
+    from vidax.checkpoint.inspect import MISMATCH
+
+    lines = inspect_checkpoint(args.path)
+    print("\n".join(lines))
+    if any(MISMATCH in line for line in lines):
+        print(f"vidax: {args.path}: a component {MISMATCH} (details above); it will not load", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -438,28 +532,39 @@ def convert(args) -> int:
     else:
         from vidax.models.wan.convert import convert_checkpoint
 
-    s = convert_checkpoint(args.src, args.dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
+    dst = Path(args.dst).expanduser()
+    if not dst.exists():  # (an existing one: convert_checkpoint's own error)
+        _check_writable(dst, "destination")
+    s = convert_checkpoint(args.src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
                            vae_dtype=args.vae_dtype)
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
-    print(f"wrote {args.dst} from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}")
+    print(f"wrote {dst} from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}")
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one ``vidax: warning:`` line (no source line of the library that raised them)."""
+    print(f"vidax: warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run a ``vidax`` command. Returns the exit status: 0 done, 1 ``inspect`` found a mismatch, 2 an error
+    (one ``vidax: error:`` line naming the fix), 130 interrupted (Ctrl-C)."""
     args = _parser().parse_args(argv)
+    commands = {"generate": generate, "inspect": inspect, "plan": plan, "convert": convert}
+    shown = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
-        if args.command == "generate":
-            return generate(args)
-        if args.command == "inspect":
-            return inspect(args)
-        if args.command == "plan":
-            return plan(args)
-        if args.command == "convert":
-            return convert(args)
-    except (ValueError, OSError) as e:  # CheckpointError is a ValueError; OSError: missing or existing files
+        return commands[args.command](args)
+    # CheckpointError is a ValueError; OSError: missing or existing files; FloatingPointError: a NaN video.
+    except (ValueError, OSError, FloatingPointError) as e:
         print(f"vidax: error: {e}", file=sys.stderr)
         return 2
-    return 1
+    except KeyboardInterrupt:  # nothing half-written: every output goes to a temporary file first
+        print("vidax: interrupted; no output was written", file=sys.stderr)
+        return 130
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

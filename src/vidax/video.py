@@ -7,6 +7,8 @@ half-written video at the requested path.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import tempfile
 from fractions import Fraction
@@ -16,6 +18,7 @@ import av
 import numpy as np
 
 from vidax.core.files import publish
+from vidax.core.inputs import check_finite_video
 
 
 def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf: int = 18) -> Path:
@@ -31,11 +34,16 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf:
       The written path.
 
     Raises:
-      ValueError: frames of the wrong shape or dtype, or odd height/width.
+      ValueError: frames of the wrong shape or dtype, no frames, odd height/width, or an fps that is not a
+        positive finite number; all before any file is created.
     """
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise ValueError(f"frames must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
+    if frames.shape[0] == 0:
+        raise ValueError("no frames to write: frames has shape (0, H, W, 3)")
+    if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not math.isfinite(fps) or fps <= 0:
+        raise ValueError(f"fps={fps!r} must be a positive number of frames per second (e.g. 16)")
     _, h, w, _ = frames.shape
     if h % 2 or w % 2:
         raise ValueError(f"H.264 yuv420p needs even height and width, got {h}x{w}")
@@ -45,7 +53,7 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf:
     os.close(fd)
     try:
         with av.open(tmp, mode="w", format="mp4") as container:
-            stream = container.add_stream("libx264", rate=Fraction(fps))
+            stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
             stream.width, stream.height = w, h
             stream.pix_fmt = "yuv420p"
             stream.options = {"crf": str(crf)}
@@ -82,10 +90,13 @@ def frames_from_video(video, output_type: str = "uint8") -> np.ndarray:
 
     Raises:
       ValueError: an unknown ``output_type``.
+      FloatingPointError: NaN or infinite values (:func:`vidax.core.inputs.check_finite_video`).
     """
     if output_type not in ("uint8", "float"):
         raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
-    frames = np.clip(np.asarray(video, np.float32).transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
+    video = np.asarray(video, np.float32)
+    check_finite_video(video)
+    frames = np.clip(video.transpose(0, 2, 3, 4, 1) * 0.5 + 0.5, 0.0, 1.0)
     return np.round(frames * 255.0).astype(np.uint8) if output_type == "uint8" else frames
 
 

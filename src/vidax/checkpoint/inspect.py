@@ -103,5 +103,10 @@ def component_lines(name: str, reader: Any, keymap: KeyMap, specs, source: str) 
         plan_load(reader, keymap, specs, source=source)
         lines.append("  matches its configuration: every parameter filled exactly once")
     except CheckpointError as e:
+        lines.append(f"  {MISMATCH}:")
         lines += ["  " + line for line in str(e).splitlines()]
     return lines
+
+
+#: The report line of a component that the loader would refuse (``vidax inspect`` then exits non-zero).
+MISMATCH = "does not match its configuration"

@@ -47,6 +47,7 @@ import numpy as np
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear as linear_rules, norm as norm_rules, rules
 from vidax.checkpoint.reader import CheckpointReader, TensorViews
 from vidax.core.attention import AttentionImpl, attention
+from vidax.core.config_values import config_values
 from vidax.core.layers import layer_norm, linear
 from vidax.core.params import ParamSpec, SpecTree
 
@@ -122,8 +123,8 @@ class CLIPVisionConfig:
             config = dict(config.get("vision_config") or {}, architectures=arch)
         if config.get("model_type") not in (None, "clip_vision_model"):
             raise ValueError(f"CLIPVisionConfig: model_type {config.get('model_type')!r} is not a CLIP vision model")
-        names = {f.name for f in dataclasses.fields(cls)} - {"with_projection"}
-        kwargs = {k: v for k, v in config.items() if k in names}
+        kwargs = config_values(cls, {k: v for k, v in config.items() if k != "with_projection"},
+                               "image encoder config")
         arch = config.get("architectures") or []
         return cls(**kwargs, with_projection=any("WithProjection" in a for a in arch))
 

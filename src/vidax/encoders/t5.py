@@ -34,7 +34,6 @@ the valid keys), so *all* rows of :func:`encode` match the reference;
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ import numpy as np
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, Rule, linear as linear_rules, norm as norm_rules, rules
 from vidax.core.attention import AttentionImpl, attention
+from vidax.core.config_values import config_values
 from vidax.core.layers import linear, rms_norm
 from vidax.core.params import ParamSpec, SpecTree
 
@@ -127,8 +127,7 @@ class T5Config:
         """
         if config.get("is_decoder", False):
             raise ValueError("T5Config: this config.json describes a decoder (is_decoder=true); expected an encoder")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in config.items() if k in names})
+        return cls(**config_values(cls, config, "text encoder config"))
 
 
 # --------------------------------------------------------------------------- parameters

@@ -21,14 +21,14 @@ CogVideoX1.5-5B-I2V         48     42      32     RoPE + ``ofs`` embedding      
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vidax.core.config_values import config_values
+
 
 def _known(cls, config: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in config.items() if k in names}
+    return config_values(cls, config, f"{cls.__name__} (config.json)")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.core.attention import AttentionImpl, resolve_implementation
 from vidax.core.host_memory import trim_after_compiles
+from vidax.core.inputs import (check_dtype, check_finite_video, check_guidance, check_seed, integer_problems,
+                               is_integer, prompt_batch)
 from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.parallel import sequence_mode
 from vidax.core.residency import OnDemand, keep_resident
@@ -98,9 +100,9 @@ def check_inputs(cfg: CogVideoXTransformerConfig, vae_cfg: CogVideoXVAEConfig, h
     Raises:
       ValueError: one message listing every problem with its fix.
     """
-    problems = []
+    problems = integer_problems(num_frames=num_frames, height=height, width=width)
     step = 2 * vae_cfg.temporal_compression
-    if not isinstance(num_frames, int) or num_frames < 1 or (num_frames - 1) % step:
+    if is_integer(num_frames) and (num_frames < 1 or (num_frames - 1) % step):
         lo = max(1, (int(num_frames) - 1) // step * step + 1)
         problems.append(
             f"num_frames={num_frames} must be of the form {step}k+1 (an odd number of latent frames, which the "
@@ -108,7 +110,7 @@ def check_inputs(cfg: CogVideoXTransformerConfig, vae_cfg: CogVideoXVAEConfig, h
         )
     multiple = vae_cfg.spatial_compression * cfg.patch_size
     for name, v in (("height", height), ("width", width)):
-        if not isinstance(v, int) or v < multiple or v % multiple:
+        if is_integer(v) and (v < multiple or v % multiple):
             lo = int(v) // multiple * multiple
             choice = f"{lo} or {lo + multiple}" if lo >= multiple else f"{multiple}"
             problems.append(f"{name}={v} must be a positive multiple of {multiple}: use {choice}")
@@ -232,6 +234,8 @@ class CogVideoXPipeline:
             that does not divide the head count (valid sizes listed), or an unknown ``block_loop``,
             raised before any weight is read.
         """
+        dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
+        vae_dtype = check_dtype(vae_dtype, "vae_dtype")
         t0 = time.perf_counter()
         trim_after_compiles()  # return each large compilation's freed host heap to the OS (core.host_memory)
         ckpt = resolve_checkpoint(folder)
@@ -313,6 +317,7 @@ class CogVideoXPipeline:
         """``(B, F', C, h, w)`` diffusion latents -> float32 video ``(B, F, H, W, 3)`` in ``[0, 1]``."""
         z = cvae.unscale_latents(self.vae_cfg, jnp.swapaxes(jnp.asarray(latents, jnp.float32), 1, 2))
         video = np.asarray(cvae.decode(self.vae_params, self.vae_cfg, z, tiling=tiling), np.float32)
+        check_finite_video(video)
         return np.clip(video.transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0.0, 1.0)
 
     def __call__(
@@ -359,7 +364,8 @@ class CogVideoXPipeline:
           :class:`CogVideoXOutput` with frames ``(B, F, H, W, 3)``.
 
         Raises:
-          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents,
+          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a seed
+            outside ``[0, 2**32)`` or a non-finite guidance scale (:mod:`vidax.core.inputs`),
             an unknown sampler or output type.
         """
         return self._generate(prompt, negative_prompt, None, height=height, width=width, num_frames=num_frames,
@@ -373,11 +379,7 @@ class CogVideoXPipeline:
         check_inputs(tcfg, self.vae_cfg, height, width, num_frames)
         if output_type not in ("uint8", "float"):
             raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
-        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-        negatives = negative_prompt if negative_prompt is not None else ""
-        negatives = [negatives] * len(prompts) if isinstance(negatives, str) else list(negatives)
-        if len(negatives) != len(prompts):
-            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
+        prompts, negatives = prompt_batch(prompt, negative_prompt)
         f, pad = latent_frames(tcfg, num_frames)
         s = self.vae_cfg.spatial_compression
         shape = (len(prompts), f + pad, self.vae_cfg.latent_channels, height // s, width // s)
@@ -396,6 +398,7 @@ class CogVideoXPipeline:
         tcfg = self.transformer_cfg
         prompts, negatives, shape, pad = self._prepare(prompt, negative_prompt, height, width, num_frames,
                                                        output_type, latents)
+        guidance_scale, seed = check_guidance(guidance_scale), check_seed(seed)
         guided = guidance_scale > 1.0
         b = len(prompts)
         check_parallel(tcfg, self.mesh, self.rules, batch=2 * b if guided else b)
@@ -658,7 +661,7 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         """
         img = np.asarray(image)
         img = img[None] if img.ndim == 3 else img
-        n_prompts = 1 if isinstance(prompt, str) else len(prompt)
+        n_prompts = len(prompt_batch(prompt)[0])
         if img.ndim != 4 or img.shape[-1] != 3:
             raise ValueError(f"image must be (H, W, 3) or (B, H, W, 3) RGB, got shape {tuple(np.shape(image))}")
         if img.shape[1:3] != (height, width):

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from vidax.core.config_values import config_values
+
 
 @dataclass(frozen=True)
 class WanTransformerConfig:
@@ -81,8 +83,7 @@ class WanTransformerConfig:
             ``added_kv_proj_dim``, ``added_kv_proj_dim`` other than the model width,
             ``pos_embed_seq_len`` without ``image_dim``, an unknown ``qk_norm``), naming the key.
         """
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in config.items() if k in names}
+        kwargs = config_values(cls, config, "transformer config")
         if "patch_size" in kwargs:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
         cfg = cls(**kwargs)

@@ -49,6 +49,7 @@ from vidax.checkpoint.loader import load_params
 from vidax.checkpoint.reader import CountingReader
 from vidax.core.attention import AttentionImpl, resolve_implementation
 from vidax.core.host_memory import trim_after_compiles
+from vidax.core.inputs import check_dtype, check_guidance, check_seed, integer_problems, is_integer, prompt_batch
 from vidax.core.offload import ChunkPlan, OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.parallel import sequence_mode
 from vidax.core.residency import OnDemand, keep_resident
@@ -75,16 +76,16 @@ def check_inputs(height: int, width: int, num_frames: int, spatial_multiple: int
     """Reject sizes the model cannot run, naming the nearest valid values. Runs before any compute.
 
     Raises:
-      ValueError: ``num_frames`` not of the form ``4k + 1``, or ``height``/``width`` not a
-        positive multiple of ``spatial_multiple`` (VAE factor 8 times patch size 2).
+      ValueError: a size that is not an integer, ``num_frames`` not of the form ``4k + 1``, or
+        ``height``/``width`` not a positive multiple of ``spatial_multiple`` (VAE factor 8 times patch size 2).
     """
-    problems = []
-    if not isinstance(num_frames, int) or num_frames < 1 or (num_frames - 1) % VAE_SCALE_TEMPORAL:
+    problems = integer_problems(num_frames=num_frames, height=height, width=width)
+    if is_integer(num_frames) and (num_frames < 1 or (num_frames - 1) % VAE_SCALE_TEMPORAL):
         lo = max(1, (int(num_frames) - 1) // VAE_SCALE_TEMPORAL * VAE_SCALE_TEMPORAL + 1)
         hi = lo + VAE_SCALE_TEMPORAL
         problems.append(f"num_frames={num_frames} must be of the form 4k+1 (the VAE compresses time 4x): use {lo} or {hi}")
     for name, v in (("height", height), ("width", width)):
-        if not isinstance(v, int) or v < spatial_multiple or v % spatial_multiple:
+        if is_integer(v) and (v < spatial_multiple or v % spatial_multiple):
             lo = int(v) // spatial_multiple * spatial_multiple
             choice = f"{lo} or {lo + spatial_multiple}" if lo >= spatial_multiple else f"{spatial_multiple}"
             problems.append(f"{name}={v} must be a positive multiple of {spatial_multiple}: use {choice}")
@@ -231,7 +232,7 @@ class WanPipeline:
           CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
             not the transformer's ``text_dim``, or weights that do not match their configuration
             (all mismatches listed at once).
-          ValueError: an unsupported configuration (e.g. an image-to-video model); a mesh that
+          ValueError: a dtype other than bfloat16 / float32; an unsupported configuration; a mesh that
             does not cover the devices, a tp that does not divide the head count (valid sizes
             listed), an offload chunk outside ``[1, num_layers]``, or an unknown ``block_loop``, raised
             before any weight is read.
@@ -239,6 +240,8 @@ class WanPipeline:
         Checkpoints this class does not run (image-conditioned, two experts, the Wan2.2 VAE) load as
         :class:`vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline`, a subclass with the same call.
         """
+        dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
+        vae_dtype = check_dtype(vae_dtype, "vae_dtype")
         if cls is WanPipeline:
             from vidax.models.wan.pipeline_i2v import WanImageToVideoPipeline, needs_general_pipeline
 
@@ -368,15 +371,15 @@ class WanPipeline:
           :class:`WanOutput` with frames ``(B, F, H, W, 3)``.
 
         Raises:
-          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents.
+          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a prompt
+            that is not a string (or list of them), a seed outside ``[0, 2**32)``, a non-finite guidance scale
+            (:mod:`vidax.core.inputs`).
+          FloatingPointError: the decoded video holds NaN values (e.g. NaN weights) instead of black frames.
         """
         check_inputs(height, width, num_frames)
-        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        prompts, negatives = prompt_batch(prompt, negative_prompt)
+        guidance_scale, seed = check_guidance(guidance_scale), check_seed(seed)
         guided = guidance_scale > 1.0
-        negatives = negative_prompt if negative_prompt is not None else ""
-        negatives = [negatives] * len(prompts) if isinstance(negatives, str) else list(negatives)
-        if len(negatives) != len(prompts):
-            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
         b = len(prompts)
         check_parallel(self.transformer_cfg, self.mesh, self.rules, batch=2 * b if guided else b)
         lead = jax.process_index() == 0  # on several hosts only process 0 shows progress

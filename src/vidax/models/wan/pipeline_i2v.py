@@ -52,6 +52,7 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
+from vidax.core.inputs import check_dtype, check_guidance, check_seed, prompt_batch
 from vidax.core.offload import OffloadedStack, block_plan
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_specs, encode_images, preprocess_images
 from vidax.models.wan import offload as wan_offload
@@ -343,6 +344,7 @@ class WanImageToVideoPipeline(WanPipeline):
         """
         if expert_residency not in ("auto", "both", "active"):
             raise ValueError(f"expert_residency must be 'auto', 'both' or 'active', got {expert_residency!r}")
+        dtype, image_encoder_dtype = check_dtype(dtype), check_dtype(image_encoder_dtype, "image_encoder_dtype")
         ckpt = resolve_checkpoint(folder)
         tcfg2 = ckpt.transformer_2_config()
         if tcfg2 is not None and tcfg2 != ckpt.transformer_config():
@@ -565,14 +567,16 @@ class WanImageToVideoPipeline(WanPipeline):
         Raises:
           ImageError: a missing, unreadable or too small image. ValueError: an image for a text-only
           checkpoint or none for an image checkpoint, a last image without FLF2V support,
-          ``guidance_scale_2`` without a second expert, mismatched prompts or latents.
+          ``guidance_scale_2`` without a second expert, mismatched prompts or latents, and the argument
+          checks of :meth:`WanPipeline.__call__`. FloatingPointError: a decoded video with NaN values.
         """
         tcfg = self.transformer_cfg
         mode = self.condition_mode
         if mode == "expand" and image is None:
             mode = "t2v"  # TI2V-5B text-to-video: every token at t (per-sample AdaLN computes the same)
         if image is None and mode == "concat":
-            raise ValueError("this checkpoint is image-to-video: pass image= (the first frame)")
+            raise ValueError("this checkpoint is image-to-video: pass image= (the first frame; --image on the "
+                             "command line)")
         if image is not None and mode == "t2v":
             raise ValueError("this checkpoint is text-to-video only: it takes no image")
         if last_image is not None and (image is None or mode != "concat"):
@@ -591,12 +595,11 @@ class WanImageToVideoPipeline(WanPipeline):
                              f"are different frames), got {num_frames}")
         if guidance_scale_2 is None:
             guidance_scale_2 = guidance_scale
-        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        prompts, negatives = prompt_batch(prompt, negative_prompt)
+        guidance_scale = check_guidance(guidance_scale)
+        guidance_scale_2 = check_guidance(guidance_scale_2, "guidance_scale_2")
+        seed = check_seed(seed)
         guided = guidance_scale > 1.0
-        negatives = negative_prompt if negative_prompt is not None else ""
-        negatives = [negatives] * len(prompts) if isinstance(negatives, str) else list(negatives)
-        if len(negatives) != len(prompts):
-            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts; pass one per prompt")
         b = len(prompts)
         check_parallel(tcfg, self.mesh, self.rules, batch=2 * b if guided else b)
         f = self.spatial_factor

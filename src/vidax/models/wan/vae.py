@@ -66,6 +66,7 @@ import numpy as np
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.core import host_memory
 from vidax.core.attention import attention
+from vidax.core.config_values import config_values
 from vidax.core.layers import causal_conv3d, conv3d, conv_jit, last_frames, linear
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
 
@@ -207,7 +208,7 @@ class WanVAEConfig:
         unknown = sorted(k for k in config if not k.startswith("_") and k not in fields and k not in _IGNORED_CONFIG_KEYS)
         if unknown:
             raise ValueError(f"WanVAEConfig: unknown config keys {unknown}; this VAE variant is not supported")
-        return cls(**{k: v for k, v in config.items() if k in fields})
+        return cls(**config_values(cls, config, "VAE config"))
 
     @property
     def decoder_dim(self) -> int:
