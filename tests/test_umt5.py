@@ -5,6 +5,7 @@ padded query rows too (they attend to the valid keys) and so do we.
 """
 
 import json
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -203,7 +204,8 @@ def test_tokenizer_matches_autotokenizer(tok_dir, max_length):
             prompts, padding="max_length", max_length=max_length, truncation=True,
             add_special_tokens=True, return_attention_mask=True,
         )
-        ids, mask = ours(prompts, max_length)
+        with pytest.warns(UserWarning, match=f"the text encoder's {max_length} tokens: only the first"):
+            ids, mask = ours(prompts, max_length)  # (the long prompt is cut off: said, as a warning)
         assert ids.dtype == np.int32 and mask.dtype == np.int32 and ids.shape == (len(prompts), max_length)
         np.testing.assert_array_equal(ids, np.array(ref["input_ids"]))
         np.testing.assert_array_equal(mask, np.array(ref["attention_mask"]))
@@ -214,7 +216,9 @@ def test_tokenizer_matches_autotokenizer(tok_dir, max_length):
 def test_tokenizer_folder_layout_and_errors(tmp_path, tok_dir):
     # The pipeline root (holding tokenizer/) works too.
     root = tok_dir.parent
-    ids, mask = Tokenizer.from_folder(root)(["a cat"], 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a prompt that fits is not warned about
+        ids, mask = Tokenizer.from_folder(root)(["a cat"], 4)
     np.testing.assert_array_equal(ids, Tokenizer.from_folder(tok_dir)(["a cat"], 4)[0])
     np.testing.assert_array_equal(mask, [[1, 1, 1, 0]])  # "▁a", "▁cat", "</s>", pad
     with pytest.raises(FileNotFoundError, match="tokenizer.json"):
@@ -251,7 +255,8 @@ def test_spiece_only_tokenizer_matches_transformers_slow_t5(tmp_path):
     ref = T5Tokenizer.from_pretrained(str(folder))  # as the reference pipelines load it
     prompts = ["A majestic red panda climbing a bamboo tree in the snow", "cat", "",
                "dog " * 40, "blue  sky,\tfast!"]
-    ids, mask = ours(prompts, max_length=16)
+    with pytest.warns(UserWarning, match="2 prompts exceed the text encoder's 16 tokens"):
+        ids, mask = ours(prompts, max_length=16)  # the panda sentence (40-piece vocabulary) and "dog " * 40
     want = ref(prompts, padding="max_length", max_length=16, truncation=True, return_attention_mask=True)
     np.testing.assert_array_equal(ids, np.array(want["input_ids"]))
     np.testing.assert_array_equal(mask, np.array(want["attention_mask"]))

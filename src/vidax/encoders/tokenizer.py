@@ -19,6 +19,7 @@ import html
 import json
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -132,9 +133,18 @@ class Tokenizer:
         tok.enable_truncation(max_length, stride=0, strategy="longest_first", direction="right")
         tok.enable_padding(direction="right", pad_id=self.pad_id, pad_type_id=0, pad_token=self.pad_token, length=max_length)
         encodings = tok.encode_batch(list(prompts), add_special_tokens=True)
+        _warn_truncated([i for i, e in enumerate(encodings) if e.overflowing], max_length)
         ids = np.array([e.ids for e in encodings], dtype=np.int32).reshape(len(encodings), max_length)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int32).reshape(len(encodings), max_length)
         return ids, mask
+
+
+def _warn_truncated(rows: list[int], max_length: int) -> None:
+    """Say that prompts were cut to the encoder's length (the reference pipelines truncate as well)."""
+    if rows:
+        which = "a prompt exceeds" if len(rows) == 1 else f"{len(rows)} prompts exceed"
+        warnings.warn(f"{which} the text encoder's {max_length} tokens: only the first {max_length} are used "
+                      "(the rest is cut off, as the reference pipelines do)", UserWarning, stacklevel=3)
 
 
 # --------------------------------------------------------------------------- demo tokenizer
@@ -198,7 +208,9 @@ class SentencePieceTokenizer(Tokenizer):
             raise ValueError(f"max_length must be >= 1, got {max_length}")
         ids = np.full((len(prompts), max_length), self.pad_id, np.int32)
         mask = np.zeros((len(prompts), max_length), np.int32)
-        for row, pieces in enumerate(self._sp.encode(list(prompts))):
+        encoded = self._sp.encode(list(prompts))
+        _warn_truncated([i for i, pieces in enumerate(encoded) if len(pieces) > max_length - 1], max_length)
+        for row, pieces in enumerate(encoded):
             seq = list(pieces[: max_length - 1]) + [self.eos_id]
             ids[row, : len(seq)] = seq
             mask[row, : len(seq)] = 1
