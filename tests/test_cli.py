@@ -43,6 +43,7 @@ def test_generate_writes_playable_mp4_and_metrics(ckpt, tmp_path):
     [
         (["--num-frames", "8"], "num_frames=8 must be of the form 4k\\+1.*use 5 or 9"),
         (["--height", "40"], "height=40 must be a positive multiple of 16: use 32 or 48"),
+        (["--preset", "wan2.1-i2v-14b-480p"], "--preset wan2.1-i2v-14b-480p is an image-to-video setting: pass --image"),
     ],
 )
 def test_bad_input_errors_and_writes_nothing(ckpt, tmp_path, capsys, args, message):

@@ -378,6 +378,9 @@ def generate_general(args) -> int:
     preset = PRESETS[args.preset] if args.preset else None
     # Checks that need no weights: the checkpoint folder, the images, the output path.
     check_checkpoint_dir(args.checkpoint)
+    if preset is not None and preset.task in ("i2v", "flf2v") and not args.image:
+        raise ValueError(f"--preset {preset.name} is an image-to-video setting: pass --image (the first frame)"
+                         + (" and --last-image" if preset.task == "flf2v" else ""))
     image = load_image(args.image, "--image") if args.image else None
     last = load_image(args.last_image, "--last-image") if args.last_image else None
     out = check_outputs(args)
