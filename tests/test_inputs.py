@@ -70,9 +70,13 @@ def test_write_video_refuses_before_creating_a_file(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def pipe(tmp_path_factory):
-    return WanPipeline.from_pretrained(write_demo_checkpoint(tmp_path_factory.mktemp("inputs") / "demo"),
-                                       dtype="float32")
+def demo(tmp_path_factory):
+    return write_demo_checkpoint(tmp_path_factory.mktemp("inputs") / "demo")
+
+
+@pytest.fixture(scope="module")
+def pipe(demo):
+    return WanPipeline.from_pretrained(demo, dtype="float32")
 
 
 def test_pipeline_call_checks_its_arguments_first(pipe):
@@ -118,3 +122,19 @@ def test_config_values_are_type_checked_against_the_dataclass():
         with pytest.raises(ValueError, match=message):
             build(bad)
     assert config_values(WanTransformerConfig, {"unknown_key": object(), "num_layers": 3}, "x") == {"num_layers": 3}
+
+
+def test_a_layer_count_that_disagrees_with_the_weights_is_named(demo, tmp_path):
+    """config.json without num_layers: the default (40) against the checkpoint's 2 blocks is said in one line."""
+    import json
+    import shutil
+
+    from vidax.checkpoint.errors import CheckpointError
+
+    broken = tmp_path / "ckpt"
+    shutil.copytree(demo, broken)
+    config = json.loads((broken / "transformer" / "config.json").read_text())
+    assert config.pop("num_layers") == 2
+    (broken / "transformer" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="holds 2 blocks and the configuration describes 40: check the layer"):
+        WanPipeline.from_pretrained(broken, dtype="float32")

@@ -105,10 +105,11 @@ def plan_load(reader: Any, keymap: KeyMap, specs: SpecTree, *, source: str = "ch
             continue
         filled[rule.path].add(slot)
         plan[rule.path].append((key, rule.layout, index))
-    missing = []
+    missing, stacked = [], {}
     for path, spec in flat_specs.items():
         keys_for = _expected_keys(keymap, path)
         if _is_stacked(keymap, path):
+            stacked[path] = spec.shape[0]
             for i in range(spec.shape[0]):
                 if i not in filled[path]:
                     missing.append(keys_for.replace("{i}", str(i)) + f" (for {path}[{i}])")
@@ -124,6 +125,12 @@ def plan_load(reader: Any, keymap: KeyMap, specs: SpecTree, *, source: str = "ch
             parts.append(_listing("shape mismatches", mismatched))
         if doubled:
             parts.append(_listing("keys that set a parameter twice", doubled))
+        held = {frozenset(filled[path]) for path in stacked}
+        if missing and len(held) == 1 and len(set(stacked.values())) == 1:
+            blocks, expected = len(next(iter(held))), next(iter(stacked.values()))
+            if 0 < blocks < expected and next(iter(held)) == frozenset(range(blocks)):
+                parts.append(f"  The checkpoint holds {blocks} blocks and the configuration describes {expected}: "
+                             "check the layer count (e.g. num_layers) in its config.json.")
         parts.append(
             "  Fix: check that the folder holds the model the config.json describes "
             "(same variant and size), and that no file is truncated."
