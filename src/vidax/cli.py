@@ -6,10 +6,10 @@ import argparse
 import json
 import math
 import os
-import tempfile
-import warnings
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from vidax.models.wan.config import PRESETS, WAN_NEGATIVE_PROMPT

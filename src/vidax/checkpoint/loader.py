@@ -125,12 +125,12 @@ def plan_load(reader: Any, keymap: KeyMap, specs: SpecTree, *, source: str = "ch
             parts.append(_listing("shape mismatches", mismatched))
         if doubled:
             parts.append(_listing("keys that set a parameter twice", doubled))
-        held = {frozenset(filled[path]) for path in stacked}
-        if missing and len(held) == 1 and len(set(stacked.values())) == 1:
-            blocks, expected = len(next(iter(held))), next(iter(stacked.values()))
-            if 0 < blocks < expected and next(iter(held)) == frozenset(range(blocks)):
-                parts.append(f"  The checkpoint holds {blocks} blocks and the configuration describes {expected}: "
-                             "check the layer count (e.g. num_layers) in its config.json.")
+        held, sizes = {frozenset(filled[path]) for path in stacked}, set(stacked.values())
+        if missing and len(held) == len(sizes) == 1:
+            (present,), (expected,) = held, sizes
+            if 0 < len(present) < expected and present == frozenset(range(len(present))):
+                parts.append(f"  The checkpoint holds {len(present)} blocks and the configuration describes "
+                             f"{expected}: check the layer count (e.g. num_layers) in its config.json.")
         parts.append(
             "  Fix: check that the folder holds the model the config.json describes "
             "(same variant and size), and that no file is truncated."
