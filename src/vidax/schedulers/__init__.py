@@ -1,6 +1,9 @@
 """Samplers at numerical parity with diffusers.
 
-* :class:`FlowMatchEulerScheduler` follows diffusers ``FlowMatchEulerDiscreteScheduler``.
+* :class:`FlowMatchEulerScheduler` follows diffusers ``FlowMatchEulerDiscreteScheduler``
+  (static shift for Wan; dynamic shift by ``mu``, ``shift_terminal``, custom
+  sigmas/timesteps and per-token steps for LTX-Video), with
+  :func:`calculate_shift` for ``mu``.
 * :class:`FlowUniPCMultistepScheduler` follows diffusers ``UniPCMultistepScheduler``
   with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan).
 * :class:`CogVideoXDDIMScheduler` and :class:`CogVideoXDPMScheduler` follow
@@ -29,7 +32,7 @@ from typing import Any
 
 from .base import Scheduler, SchedulerState
 from .cogvideox import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
-from .flow_euler import FlowMatchEulerScheduler
+from .flow_euler import FlowMatchEulerScheduler, calculate_shift
 from .guidance import guidance_scale_at
 from .unipc import FlowUniPCMultistepScheduler
 
@@ -37,6 +40,7 @@ __all__ = [
     "Scheduler",
     "SchedulerState",
     "FlowMatchEulerScheduler",
+    "calculate_shift",
     "FlowUniPCMultistepScheduler",
     "CogVideoXDDIMScheduler",
     "CogVideoXDPMScheduler",
@@ -83,22 +87,25 @@ _UNIPC_IGNORED = {  # only used by the beta (non-flow) schedules, thresholding o
     "sigma_max",
 }  # fmt: skip
 
-_EULER_ARGS = {
+_EULER_ARGS = {  # diffusers FlowMatchEulerDiscreteScheduler.__init__ (diffusers 0.42) and its defaults
     "num_train_timesteps": ("num_train_timesteps", 1000),
     "shift": ("flow_shift", 1.0),
+    "use_dynamic_shifting": ("use_dynamic_shifting", False),
+    "base_shift": ("base_shift", 0.5),
+    "max_shift": ("max_shift", 1.15),
+    "base_image_seq_len": ("base_image_seq_len", 256),
+    "max_image_seq_len": ("max_image_seq_len", 4096),
+    "shift_terminal": ("shift_terminal", None),
+    "time_shift_type": ("time_shift_type", "exponential"),
 }
 _EULER_REQUIRED = {
-    "use_dynamic_shifting": (False, (False,)),
     "invert_sigmas": (False, (False,)),
-    "shift_terminal": (None, (None, 0, 0.0, False)),
     "use_karras_sigmas": (False, (False,)),
     "use_exponential_sigmas": (False, (False,)),
     "use_beta_sigmas": (False, (False,)),
     "stochastic_sampling": (False, (False,)),
 }
-_EULER_IGNORED = {  # only used by dynamic shifting
-    "base_shift", "max_shift", "base_image_seq_len", "max_image_seq_len", "time_shift_type",
-}  # fmt: skip
+_EULER_IGNORED: set[str] = set()
 
 # CogVideoXDDIMScheduler and CogVideoXDPMScheduler share their constructor (and defaults).
 _COGVIDEOX_ARGS = {
@@ -161,9 +168,12 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
       ValueError: for a missing or unsupported ``_class_name``, or an option
         whose value we do not implement (e.g. UniPC ``prediction_type`` other
         than ``"flow_prediction"``, ``use_flow_sigmas=False``,
-        ``thresholding=True``, ``solver_type`` other than bh1/bh2, any
-        ``use_dynamic_shifting=True``; CogVideoX ``beta_schedule`` other than
-        ``"scaled_linear"``, ``trained_betas``, an unknown ``prediction_type`` or
+        ``thresholding=True``, ``solver_type`` other than bh1/bh2, UniPC
+        ``use_dynamic_shifting=True``; Euler ``invert_sigmas``,
+        ``stochastic_sampling``, karras/exponential/beta sigmas, an unknown
+        ``time_shift_type`` or ``shift_terminal`` outside ``[0, 1)``;
+        CogVideoX ``beta_schedule`` other than ``"scaled_linear"``,
+        ``trained_betas``, an unknown ``prediction_type`` or
         ``timestep_spacing``); the message names the option and the supported
         values.
     """
