@@ -56,6 +56,28 @@ def rope_3d_angles(head_dim: int, grid: tuple[int, int, int], theta: float = 100
     return angles.reshape(f * h * w, head_dim // 2)
 
 
+def linspace_f32(start: float, stop: float, n: int) -> np.ndarray:
+    """``torch.linspace(start, stop, n, dtype=float32)`` by its scalar formula, in float32.
+
+    PyTorch's CPU kernel computes ``start + step * i`` for the first half and ``stop - step * (n - 1 - i)``
+    for the second, with ``step = (stop - start) / (n - 1)``, all in float32. Its vectorised loop instead
+    steps ``base + k * step`` from the start of each SIMD vector (8 or 16 lanes by the CPU's instruction
+    set), so beyond one vector the reference itself differs by an ulp between machines; this function
+    follows the scalar formula, which those vectorised values agree with up to the first vector's length.
+
+    Returns:
+      float32 ``(n,)``.
+    """
+    a, b = np.float32(start), np.float32(stop)
+    if n == 1:
+        return np.array([a], np.float32)
+    step = (b - a) / np.float32(n - 1)
+    i = np.arange(n)
+    lo = a + step * i.astype(np.float32)
+    hi = b - step * (n - 1 - i).astype(np.float32)
+    return np.where(i < n // 2, lo, hi).astype(np.float32)
+
+
 def rope_cos_sin(angles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``cos`` and ``sin`` of host float64 angles, as float32 arrays ready for the device."""
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
@@ -66,14 +88,15 @@ def apply_rope_interleaved(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.
 
     Args:
       x: ``(B, S, H, D)``.
-      cos, sin: ``(S, D/2)`` float32.
+      cos, sin: ``(S, D/2)`` float32, the same for every head, or ``(S, H, D/2)``, one table per head
+        (a rotation over all heads' features, as LTX-Video's, cut per head).
 
     Returns:
       ``(B, S, H, D)`` in ``x.dtype``, computed in float32.
     """
     xf = x.astype(jnp.float32).reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
     x1, x2 = xf[..., 0], xf[..., 1]
-    c = cos[None, :, None, :]
-    s = sin[None, :, None, :]
+    c = cos[None] if cos.ndim == 3 else cos[None, :, None, :]
+    s = sin[None] if sin.ndim == 3 else sin[None, :, None, :]
     out = jnp.stack([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
     return out.reshape(x.shape).astype(x.dtype)

@@ -55,7 +55,7 @@ from vidax.core.embeddings import patchify, timestep_embedding
 from vidax.core.layers import gelu_tanh, layer_norm, linear
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
 from vidax.core.params import ParamSpec, SpecTree
-from vidax.core.rope import apply_rope_interleaved
+from vidax.core.rope import apply_rope_interleaved, linspace_f32
 from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
 from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
@@ -221,18 +221,6 @@ def sincos_pos_embed(cfg: CogVideoXTransformerConfig, grid: tuple[int, int, int]
     return table.reshape(f * h * w, d).astype(np.float32)
 
 
-def _linspace_f32(start: float, stop: float, n: int) -> np.ndarray:
-    """``torch.linspace(start, stop, n, dtype=float32)`` on the CPU, operation for operation."""
-    a, b = np.float32(start), np.float32(stop)
-    if n == 1:
-        return np.array([a], np.float32)
-    step = (b - a) / np.float32(n - 1)
-    i = np.arange(n)
-    lo = a + step * i.astype(np.float32)
-    hi = b - step * (n - 1 - i).astype(np.float32)
-    return np.where(i < n // 2, lo, hi).astype(np.float32)
-
-
 def _rope_1d(dim: int, pos: np.ndarray, theta: float = 10000.0) -> np.ndarray:
     # diffusers get_1d_rotary_pos_embed(use_real=True) with its default float32 frequencies.
     freqs = np.float32(1.0) / (np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
@@ -277,9 +265,9 @@ def rope_angles(cfg: CogVideoXTransformerConfig, grid: tuple[int, int, int]) -> 
     base_h, base_w = cfg.sample_height // p, cfg.sample_width // p
     if cfg.patch_size_t is None:
         (top, left), (bottom, right) = resize_crop_region((gh, gw), base_w, base_h)
-        pos_h = _linspace_f32(top, bottom * (gh - 1) / gh, gh)
-        pos_w = _linspace_f32(left, right * (gw - 1) / gw, gw)
-        pos_t = _linspace_f32(0, f * (f - 1) / f, f)
+        pos_h = linspace_f32(top, bottom * (gh - 1) / gh, gh)
+        pos_w = linspace_f32(left, right * (gw - 1) / gw, gw)
+        pos_t = linspace_f32(0, f * (f - 1) / f, f)
     else:
         if gh > base_h or gw > base_w:
             raise ValueError(

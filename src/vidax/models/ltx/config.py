@@ -1,0 +1,101 @@
+"""LTX-Video configuration: the transformer architecture and the generation presets.
+
+:class:`LTXVideoTransformerConfig` mirrors the keys of a diffusers ``transformer/config.json`` for
+``LTXVideoTransformer3DModel``. The VAE's configuration lives beside the VAE
+(:class:`vidax.models.ltx.vae.LTXVideoVAEConfig`). Presets carry the LTX-Video rows of the paper's
+benchmark table (``paper-table5.tsv``: 1216x704, 121 frames; 30 steps for dev, 8 for distilled).
+
+Released transformers (diffusers configs):
+
+=========================  =====  ========  ======  ==============  ============
+model                      heads  head_dim  layers  cross_attn_dim  in_channels
+=========================  =====  ========  ======  ==============  ============
+LTX-Video 0.9.0 - 0.9.8 2B  32     64        28      2048            128
+LTX-Video 0.9.7 / 0.9.8 13B 32     128       48      4096            128
+=========================  =====  ========  ======  ==============  ============
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vidax.core.config_values import config_values
+
+
+@dataclass(frozen=True)
+class LTXVideoTransformerConfig:
+    """Architecture of an LTX-Video diffusion transformer (diffusers ``LTXVideoTransformer3DModel``).
+
+    Defaults are diffusers' defaults (the 2B sizes: 32 heads of 64, 28 layers).
+
+    Attributes (the config.json keys that change the computation):
+      in_channels, out_channels: latent channels per token (128; ``patch_size = patch_size_t = 1`` in
+        every release, so a token is one latent pixel).
+      patch_size, patch_size_t: spatial and temporal patch (they scale the RoPE coordinates).
+      num_attention_heads, attention_head_dim: width ``dim = heads * head_dim``.
+      cross_attention_dim: width of the projected text tokens the cross-attention reads (``dim``).
+      num_layers: transformer blocks.
+      qk_norm: ``"rms_norm_across_heads"`` (RMSNorm over all heads' q / k features, eps 1e-5).
+      norm_elementwise_affine: the blocks' RMSNorms carry a scale (False in every release).
+      norm_eps: epsilon of the blocks' RMSNorms.
+      caption_channels: text-encoder width (4096, T5-XXL).
+      attention_bias, attention_out_bias: biases of q/k/v and of the output projection.
+    """
+
+    in_channels: int = 128
+    out_channels: int | None = 128
+    patch_size: int = 1
+    patch_size_t: int = 1
+    num_attention_heads: int = 32
+    attention_head_dim: int = 64
+    cross_attention_dim: int = 2048
+    num_layers: int = 28
+    activation_fn: str = "gelu-approximate"
+    qk_norm: str = "rms_norm_across_heads"
+    norm_elementwise_affine: bool = False
+    norm_eps: float = 1e-6
+    caption_channels: int = 4096
+    attention_bias: bool = True
+    attention_out_bias: bool = True
+
+    def __post_init__(self):
+        if self.out_channels is None:
+            object.__setattr__(self, "out_channels", self.in_channels)
+        problems = []
+        if self.activation_fn != "gelu-approximate":
+            problems.append(f"activation_fn={self.activation_fn!r} (only 'gelu-approximate')")
+        if self.qk_norm != "rms_norm_across_heads":
+            # diffusers' LTXAttention raises NotImplementedError for anything else.
+            problems.append(f"qk_norm={self.qk_norm!r} (only 'rms_norm_across_heads')")
+        if self.cross_attention_dim != self.dim:
+            # The caption projection maps text to `dim` features, which the cross-attention's keys read.
+            problems.append(f"cross_attention_dim={self.cross_attention_dim} != heads * head_dim = {self.dim}")
+        if self.dim % 2:
+            problems.append(f"width {self.dim} (RoPE needs an even width)")
+        if self.patch_size < 1 or self.patch_size_t < 1:
+            problems.append(f"patch_size={self.patch_size}, patch_size_t={self.patch_size_t}")
+        if problems:
+            raise ValueError("LTXVideoTransformerConfig: unsupported " + "; ".join(problems))
+
+    @property
+    def dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @property
+    def ff_inner_dim(self) -> int:
+        """FFN hidden width (diffusers ``FeedForward`` default ``mult=4``)."""
+        return 4 * self.dim
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> LTXVideoTransformerConfig:
+        """Build from a diffusers ``transformer/config.json`` dict (keys starting with ``_`` ignored).
+
+        Raises:
+          ValueError: ``_class_name`` is not ``LTXVideoTransformer3DModel``, a value of the wrong type, or
+            an unsupported setting (named).
+        """
+        name = config.get("_class_name")
+        if name not in (None, "LTXVideoTransformer3DModel"):
+            raise ValueError(f"transformer config.json is for {name!r}, not 'LTXVideoTransformer3DModel'")
+        return cls(**config_values(cls, config, f"{cls.__name__} (config.json)"))
