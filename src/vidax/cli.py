@@ -63,10 +63,18 @@ def _directory(text: str) -> str:
     return text
 
 
+def _timesteps(text: str) -> tuple[float, ...]:
+    values = tuple(float(v) for v in text.split(",") if v.strip())
+    if not values or not all(math.isfinite(v) and 0 <= v <= 1000 for v in values):
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers in [0, 1000], got {text!r}")
+    return values
+
+
 # argparse reports a type function's ValueError as "invalid <name> value"; these names read as the expected type.
 _positive_int.__name__ = "positive integer"
 _finite_float.__name__ = _positive_float.__name__ = _non_negative_float.__name__ = "number"
 _seed.__name__ = "seed"
+_timesteps.__name__ = "timesteps"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,16 +90,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --image and no --height/--width: output pixels (the image's aspect ratio is kept)")
     g.add_argument("--guidance-scale-2", type=_finite_float, default=None,
                    help="Wan2.2 A14B: guidance of the low-noise expert (default: --guidance-scale)")
-    g.add_argument("--preset", choices=sorted(PRESETS) + sorted(_cogvideox_presets()), default=None,
+    g.add_argument("--preset", choices=sorted(PRESETS) + sorted(_cogvideox_presets()) + sorted(_ltx_presets()), default=None,
                    help="reference settings of a benchmark row (size, frames, steps, shift, dtype)")
     g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16")
     g.add_argument("--width", type=int, default=None, help="pixels, multiple of 16")
-    g.add_argument("--num-frames", type=int, default=None, help="4k+1 frames (Wan), 8k+1 (CogVideoX)")
+    g.add_argument("--num-frames", type=int, default=None, help="4k+1 frames (Wan), 8k+1 (CogVideoX, LTX-Video)")
     g.add_argument("--steps", type=int, default=None, help="sampler steps")
     g.add_argument("--guidance-scale", type=_finite_float, default=None, help="CFG scale; 1 or below turns CFG off")
     g.add_argument("--flow-shift", type=_positive_float, default=None, help="default: the checkpoint scheduler's shift")
     g.add_argument("--sampler", choices=["unipc", "euler", "ddim", "dpm"], default=None,
                    help="default: the checkpoint's (UniPC for Wan, DDIM for CogVideoX; ddim/dpm are CogVideoX samplers)")
+    g.add_argument("--guidance-rescale", type=_finite_float, default=None,
+                   help="LTX-Video: rescale of the guided prediction, 0 to 1 (0.7 for the dev presets; 0: off)")
+    g.add_argument("--timesteps", type=_timesteps, default=None,
+                   help="LTX-Video: explicit timesteps, comma-separated (the distilled presets' list)")
+    g.add_argument("--decode-timestep", type=_non_negative_float, default=None,
+                   help="LTX-Video: the timestep-conditioned VAE's decode timestep (presets: 0.05)")
+    g.add_argument("--decode-noise-scale", type=_non_negative_float, default=None,
+                   help="LTX-Video: noise mixed into the latents before decoding (default: --decode-timestep)")
     g.add_argument("--seed", type=_seed, default=0, help="noise seed, 0 to 2**32 - 1")
     g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
     g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash", "cpu_flash"],
@@ -299,6 +315,68 @@ def generate_cogvideox(args) -> int:
     return 0
 
 
+def _ltx_presets() -> dict:
+    from vidax.models.ltx.config import PRESETS as LTX_PRESETS
+
+    return LTX_PRESETS
+
+
+def _is_ltx(args) -> bool:
+    """An LTX-Video preset, or an LTX-Video checkpoint (diffusers layout)."""
+    from vidax.models.ltx.layout import is_ltx_folder
+
+    return args.preset in _ltx_presets() or is_ltx_folder(args.checkpoint)
+
+
+def generate_ltx(args) -> int:
+    """``vidax generate`` for an LTX-Video text-to-video folder (presets ``ltx-video-*``)."""
+    from vidax.models.ltx.pipeline import LTXPipeline
+
+    if args.image or args.last_image:
+        raise ValueError("vidax generate runs LTX-Video text-to-video; image conditioning is not implemented yet")
+    if args.sampler not in (None, "euler"):
+        raise ValueError(f"--sampler {args.sampler} is not an LTX-Video sampler; LTX-Video samples with euler")
+    pr = _ltx_presets().get(args.preset)
+
+    def pick(flag, preset_value, default):
+        return flag if flag is not None else (preset_value if pr else default)
+
+    height, width = pick(args.height, pr and pr.height, 512), pick(args.width, pr and pr.width, 704)
+    num_frames = pick(args.num_frames, pr and pr.num_frames, 161)
+    timesteps = pick(args.timesteps, pr and pr.timesteps, None)
+    steps = len(timesteps) if timesteps is not None and args.steps is None else pick(args.steps, pr and pr.num_inference_steps, 50)
+    frame_rate = pick(args.fps, pr and pr.frame_rate, 25)
+    settings = dict(
+        height=height, width=width, num_frames=num_frames, num_inference_steps=steps, timesteps=timesteps,
+        frame_rate=frame_rate, guidance_scale=pick(args.guidance_scale, pr and pr.guidance_scale, 3.0),
+        guidance_rescale=pick(args.guidance_rescale, pr and pr.guidance_rescale, 0.0),
+        decode_timestep=pick(args.decode_timestep, pr and pr.decode_timestep, 0.0),
+        decode_noise_scale=pick(args.decode_noise_scale, pr and pr.decode_noise_scale, None),
+    )
+    from vidax.models.ltx.pipeline import check_inputs
+    from vidax.models.ltx.vae import LTXVideoVAEConfig
+
+    # Size checks before anything is loaded (every released LTX-Video VAE compresses 32x space, 8x time).
+    check_inputs(LTXVideoVAEConfig(), height, width, num_frames, frame_rate)
+    if timesteps is not None and args.steps is not None and args.steps != len(timesteps):
+        raise ValueError(f"--steps {args.steps} and {len(timesteps)} timesteps disagree; pass one of them")
+    out = check_outputs(args)
+    t0 = time.perf_counter()
+    pipe = LTXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
+                                       attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
+                                       text_encoder_residency=args.text_encoder_residency, block_loop=args.block_loop,
+                                       offload_chunk=args.offload_chunk, offload_overlap=not args.offload_serial)
+    negative = args.negative_prompt if args.negative_prompt is not None else (pr.negative_prompt if pr else None)
+    result = pipe(args.prompt, negative, seed=args.seed, progress=not args.no_progress, **settings)
+    m = dict(result.metrics, total_s=time.perf_counter() - t0, height=height, width=width, num_frames=num_frames,
+             steps=steps, out=str(out))
+    if write_outputs(result.frames[0], m, out, args.metrics_json, frame_rate):
+        print(f"wrote {out}: {num_frames} frames {width}x{height} | load {m['load_s']:.1f}s, text encoder "
+              f"{m['text_encoder_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step, VAE decode "
+              f"{m['vae_decode_s']:.2f}s")
+    return 0
+
+
 def enable_compile_cache(args):
     """JAX's persistent compilation cache for this run (:mod:`vidax.core.compile_cache`), unless
     ``--no-compile-cache``; returns the directory in use or ``None``."""
@@ -313,6 +391,8 @@ def generate(args) -> int:
     enable_compile_cache(args)
     if _is_cogvideox(args):
         return generate_cogvideox(args)
+    if _is_ltx(args):
+        return generate_ltx(args)
 
     if _general_task(args):
         if args.auto_split:

@@ -24,6 +24,12 @@ from vidax.core.files import publish
 from vidax.core.params import SpecTree, flatten
 
 
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy or view of ``a`` with its shape kept (``np.ascontiguousarray`` turns a 0-d array, such as
+    the LTX-Video VAE's ``timestep_scale_multiplier``, into shape ``(1,)``)."""
+    return np.require(a, requirements="C")
+
+
 def to_state_dict(params: dict, keymap: KeyMap, specs: SpecTree) -> dict[str, np.ndarray]:
     """Our parameter tree -> ``{checkpoint_key: array}`` in the checkpoint's layout.
 
@@ -44,9 +50,9 @@ def to_state_dict(params: dict, keymap: KeyMap, specs: SpecTree) -> dict[str, np
         value = np.asarray(flat[rule.path])
         if "{i}" in rule.key:
             for i in range(flat_specs[rule.path].shape[0]):
-                out[rule.key.replace("{i}", str(i))] = np.ascontiguousarray(from_layout(rule.layout, value[i]))
+                out[rule.key.replace("{i}", str(i))] = _contiguous(from_layout(rule.layout, value[i]))
         else:
-            out[rule.key] = np.ascontiguousarray(from_layout(rule.layout, value))
+            out[rule.key] = _contiguous(from_layout(rule.layout, value))
     return out
 
 

@@ -3,13 +3,18 @@
 :func:`guidance_scale_at` is the dynamic CFG of diffusers ``CogVideoXPipeline``
 (``pipelines/cogvideo/pipeline_cogvideox.py``, ``use_dynamic_cfg=True``; the
 image-to-video, video-to-video and Fun-control CogVideoX pipelines use the same
-expression).
+expression). :func:`rescale_noise_cfg` is the guidance rescale of Lin et al. (2023), section 3.4, as the
+diffusers pipelines apply it (``pipelines/stable_diffusion/pipeline_stable_diffusion.py``
+``rescale_noise_cfg``; the LTX-Video pipelines call it with ``guidance_rescale``).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 
 def guidance_scale_at(
@@ -53,3 +58,26 @@ def guidance_scale_at(
     n = int(n)
     t = timestep.item() if hasattr(timestep, "item") else timestep
     return 1 + guidance_scale * ((1 - math.cos(math.pi * ((n - t) / n) ** 5.0)) / 2)
+
+
+def rescale_noise_cfg(noise_cfg: jax.Array, noise_pred_text: jax.Array, guidance_rescale: jax.Array | float) -> jax.Array:
+    """Guidance rescale: the guided prediction brought back to the conditional prediction's spread.
+
+    ``rescaled = noise_cfg * std(noise_pred_text) / std(noise_cfg)`` per sample (standard deviation over every
+    axis but the batch, with Bessel's correction, as ``torch.std``), then ``guidance_rescale * rescaled +
+    (1 - guidance_rescale) * noise_cfg``. Counters the over-saturation of large guidance scales (paper Table 4
+    fault 4a: 0.7 for LTX dev models).
+
+    Args:
+      noise_cfg: the guided prediction ``(B, ...)``, float32.
+      noise_pred_text: the conditional prediction, same shape.
+      guidance_rescale: the mixing factor in ``[0, 1]`` (a float or a traced scalar).
+
+    Returns:
+      float32, ``noise_cfg``'s shape.
+    """
+    axes = tuple(range(1, noise_cfg.ndim))
+    std_text = jnp.std(noise_pred_text, axis=axes, keepdims=True, ddof=1)
+    std_cfg = jnp.std(noise_cfg, axis=axes, keepdims=True, ddof=1)
+    rescaled = noise_cfg * (std_text / std_cfg)
+    return guidance_rescale * rescaled + (1 - guidance_rescale) * noise_cfg

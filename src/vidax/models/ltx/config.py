@@ -99,3 +99,53 @@ class LTXVideoTransformerConfig:
         if name not in (None, "LTXVideoTransformer3DModel"):
             raise ValueError(f"transformer config.json is for {name!r}, not 'LTXVideoTransformer3DModel'")
         return cls(**config_values(cls, config, f"{cls.__name__} (config.json)"))
+
+
+#: The distilled 0.9.8 models' timesteps (the diffusers LTX-Video documentation's ``LTXConditionPipeline`` call).
+DISTILLED_TIMESTEPS = (1000.0, 993.0, 987.0, 981.0, 975.0, 909.0, 725.0, 0.03)
+#: The negative prompt of the diffusers LTX-Video examples.
+LTX_NEGATIVE_PROMPT = "worst quality, inconsistent motion, blurry, jittery, distorted"
+
+
+@dataclass(frozen=True)
+class LTXPreset:
+    """Generation defaults for one LTX-Video row of the paper's benchmark table (1216x704, 121 frames).
+
+    Attributes:
+      width, height, num_frames, num_inference_steps: the row's sizes.
+      guidance_scale, guidance_rescale: CFG and its rescale (dev: 5.0 and 0.7; distilled: no CFG).
+      timesteps: the distilled models' explicit timesteps, or None (the pipeline's default schedule).
+      decode_timestep, decode_noise_scale: the timestep-conditioned VAE's decode settings (0.05, 0.025).
+      frame_rate: frames per second (the RoPE time scale and the video's rate; the pipelines' default 25).
+      dtype: transformer weight dtype; tp, sp: the row's mesh split.
+    """
+
+    name: str
+    model: str
+    width: int
+    height: int
+    num_frames: int
+    num_inference_steps: int
+    guidance_scale: float
+    guidance_rescale: float = 0.0
+    timesteps: tuple[float, ...] | None = None
+    decode_timestep: float = 0.05
+    decode_noise_scale: float = 0.025
+    frame_rate: int = 25
+    negative_prompt: str = LTX_NEGATIVE_PROMPT
+    dtype: str = "bfloat16"
+    tp: int = 4
+    sp: int = 1
+    task: str = "t2v"
+
+
+PRESETS: dict[str, LTXPreset] = {
+    p.name: p
+    for p in [
+        LTXPreset("ltx-video-0.9.8-13b-dev", "LTX-Video-0.9.8-13B-dev", 1216, 704, 121, 30, 5.0, guidance_rescale=0.7),
+        LTXPreset("ltx-video-0.9.8-13b-distilled", "LTX-Video-0.9.8-13B-distilled", 1216, 704, 121, 8, 1.0,
+                  timesteps=DISTILLED_TIMESTEPS),
+        LTXPreset("ltx-video-0.9.8-2b-distilled", "LTX-Video-0.9.8-2B-distilled", 1216, 704, 121, 8, 1.0,
+                  timesteps=DISTILLED_TIMESTEPS),
+    ]
+}

@@ -1,0 +1,197 @@
+"""End-to-end parity of LTX-Video text-to-video with diffusers' ``LTXPipeline`` / ``LTXConditionPipeline``.
+
+The demo checkpoints are written by our own code (no PyTorch); diffusers loading them is itself the proof that
+they have the real layout. Both pipelines get the same prompt, negative prompt, initial noise and decode noise
+(diffusers' ``randn_tensor`` draws are replaced by ours, in the order the reference draws them).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.models.ltx import vae as lvae
+from vidax.models.ltx.config import DISTILLED_TIMESTEPS
+from vidax.models.ltx.demo import write_demo_checkpoint
+from vidax.models.ltx.pipeline import LTXPipeline, check_inputs, linear_quadratic_schedule, pack_latents, unpack_latents
+
+PROMPT = "A red panda climbing a bamboo tree in the snow"
+NEGATIVE = "worst quality, blurry"
+H, W, F = 64, 96, 17  # latents 3 x 2 x 3
+
+
+@pytest.fixture(scope="module")
+def pipes(tmp_path_factory):
+    """``pipes(variant) -> (folder, ours, diffusers')``, built once per variant."""
+    from diffusers import LTXConditionPipeline, LTXPipeline as Reference
+
+    cache = {}
+
+    def get(variant):
+        if variant not in cache:
+            folder = write_demo_checkpoint(tmp_path_factory.mktemp("ltx") / variant, seed=5, variant=variant)
+            cls = Reference if variant == "0.9.1" else LTXConditionPipeline
+            reference = cls.from_pretrained(folder, torch_dtype=torch.float32)
+            reference.set_progress_bar_config(disable=True)
+            cache[variant] = folder, LTXPipeline.from_pretrained(folder, dtype="float32"), reference
+        return cache[variant]
+
+    return get
+
+
+def _draws(monkeypatch, module, arrays):
+    """Make ``module.randn_tensor`` return ``arrays`` in order (the reference's noise draws)."""
+    queue = list(arrays)
+
+    def randn_tensor(shape, generator=None, device=None, dtype=None, layout=None):
+        a = queue.pop(0)
+        assert tuple(a.shape) == tuple(shape), (a.shape, shape)
+        return torch.from_numpy(a).to(dtype or torch.float32)
+
+    monkeypatch.setattr(module, "randn_tensor", randn_tensor)
+    return queue
+
+
+@pytest.mark.parametrize("kw", [
+    dict(num_inference_steps=4, guidance_scale=3.0),
+    dict(num_inference_steps=3, guidance_scale=4.0, guidance_rescale=0.7, decode_timestep=0.05, decode_noise_scale=0.025),
+    dict(timesteps=list(DISTILLED_TIMESTEPS), guidance_scale=1.0, decode_timestep=0.05, decode_noise_scale=0.025),
+], ids=["cfg", "cfg-rescale-decode-noise", "distilled-timesteps"])
+def test_condition_pipeline_frames_match_diffusers(pipes, kw, monkeypatch):
+    """0.9.8 semantics (``LTXConditionPipeline`` without conditions): linear-quadratic schedule or explicit
+    timesteps, causal pixel RoPE coordinates, per-token Euler steps, timestep-conditioned decode."""
+    import diffusers.pipelines.ltx.pipeline_ltx_condition as module
+
+    _, ours, reference = pipes("0.9.8")
+    shape = (1, 16, 3, H // 32, W // 32)
+    rng = np.random.default_rng(0)
+    noise, decode_noise = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+    left = _draws(monkeypatch, module, [noise, decode_noise])
+    steps = kw.get("num_inference_steps", len(kw.get("timesteps") or []))
+    with torch.no_grad():
+        ref = reference(prompt=PROMPT, negative_prompt=NEGATIVE, height=H, width=W, num_frames=F,
+                        output_type="np", **{k: v for k, v in kw.items() if k != "num_inference_steps"},
+                        num_inference_steps=steps).frames
+    assert not left  # both draws consumed
+    out = ours(PROMPT, NEGATIVE, height=H, width=W, num_frames=F, latents=noise, decode_noise=decode_noise,
+               output_type="float", progress=False, **kw)
+    assert out.frames.shape == ref.shape == (1, F, H, W, 3)
+    assert np.abs(out.frames - ref).max() < 2 / 255
+    assert ref.std() > 0.05  # the frames vary: the comparison is not vacuous
+    assert sorted(ours.vae_params) == ["decoder", "latents_mean", "latents_std"]  # the decoder side only
+
+
+def test_condition_pipeline_latents_match_diffusers(pipes, monkeypatch):
+    """The sampler's final latents, before decoding, to float32 precision."""
+    import diffusers.pipelines.ltx.pipeline_ltx_condition as module
+
+    _, ours, reference = pipes("0.9.8")
+    shape = (2, 16, 3, H // 32, W // 32)
+    noise = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
+    _draws(monkeypatch, module, [noise])
+    prompts = [PROMPT, "a boat on a lake"]
+    with torch.no_grad():
+        ref = reference(prompt=prompts, negative_prompt=NEGATIVE, height=H, width=W, num_frames=F,
+                        num_inference_steps=3, guidance_scale=3.0, output_type="latent").frames.numpy()
+    out = ours(prompts, NEGATIVE, height=H, width=W, num_frames=F, latents=noise, num_inference_steps=3,
+               guidance_scale=3.0, output_type="float", progress=False)
+    rel = np.linalg.norm(out.latents - ref) / np.linalg.norm(ref)
+    assert out.latents.shape == ref.shape == shape and rel < 1e-5
+
+
+def test_ltx_pipeline_latents_match_diffusers(pipes):
+    """0.9.1 semantics (``LTXPipeline``): dynamically shifted linspace sigmas with shift_terminal, grid RoPE
+    coordinates scaled by (8 / frame_rate, 32, 32), plain Euler steps."""
+    _, ours, reference = pipes("0.9.1")
+    shape = (1, 16, 3, H // 32, W // 32)
+    noise = np.random.default_rng(2).standard_normal(shape, dtype=np.float32)
+    with torch.no_grad():
+        ref = reference(prompt=PROMPT, negative_prompt=NEGATIVE, height=H, width=W, num_frames=F, frame_rate=24,
+                        num_inference_steps=4, guidance_scale=3.0, guidance_rescale=0.5,
+                        latents=torch.from_numpy(np.array(pack_latents(noise))), output_type="latent").frames.numpy()
+    ref = np.asarray(unpack_latents(ref, (3, 2, 3)))  # LTXPipeline returns packed latents
+    out = ours(PROMPT, NEGATIVE, height=H, width=W, num_frames=F, frame_rate=24, latents=noise, num_inference_steps=4,
+               guidance_scale=3.0, guidance_rescale=0.5, output_type="float", progress=False)
+    rel = np.linalg.norm(out.latents - ref) / np.linalg.norm(ref)
+    assert rel < 1e-5
+    assert out.fps == 24.0
+
+
+@pytest.mark.parametrize("block_loop, offload", [("scan", None), ("host", None), ("auto", 1)])
+def test_block_loops_and_offloading_give_the_same_latents(pipes, block_loop, offload):
+    folder, reference_pipe, _ = pipes("0.9.8")
+    noise = np.random.default_rng(3).standard_normal((1, 16, 3, 2, 3), dtype=np.float32)
+    kw = dict(height=H, width=W, num_frames=F, latents=noise, num_inference_steps=2, guidance_scale=3.0,
+              output_type="float", progress=False)
+    base = reference_pipe(PROMPT, NEGATIVE, **kw)
+    pipe = LTXPipeline.from_pretrained(folder, dtype="float32", block_loop=block_loop, offload_chunk=offload)
+    assert pipe.block_loop == {"scan": "scan", "host": "host"}.get(block_loop, "offload")
+    out = pipe(PROMPT, NEGATIVE, **kw)
+    np.testing.assert_allclose(out.latents, base.latents, rtol=0, atol=1e-5)
+
+
+def test_mesh_pipeline_matches_single_device(pipes):
+    folder, single, _ = pipes("0.9.8")
+    noise = np.random.default_rng(4).standard_normal((1, 16, 3, 2, 3), dtype=np.float32)
+    kw = dict(height=H, width=W, num_frames=F, latents=noise, num_inference_steps=2, guidance_scale=3.0,
+              output_type="float", progress=False)
+    base = single(PROMPT, NEGATIVE, **kw)
+    pipe = LTXPipeline.from_pretrained(folder, dtype="float32", dp=2, tp=2, sp=2)
+    out = pipe(PROMPT, NEGATIVE, **kw)
+    assert out.metrics["mesh"] == {"dp": 2, "tp": 2, "sp": 2} and out.metrics["sequence_parallel"] == "kv_all_gather"
+    np.testing.assert_allclose(out.latents, base.latents, rtol=0, atol=1e-5)
+
+
+def test_linear_quadratic_schedule_matches_diffusers():
+    from diffusers.pipelines.ltx.pipeline_ltx_condition import linear_quadratic_schedule as reference
+
+    for n in (1, 2, 3, 8, 30, 50):
+        np.testing.assert_array_equal(linear_quadratic_schedule(n), reference(n).numpy())
+
+
+def test_pack_unpack_round_trip():
+    x = np.arange(2 * 3 * 4 * 5 * 6, dtype=np.float32).reshape(2, 3, 4, 5, 6)
+    tokens = pack_latents(x)
+    assert tokens.shape == (2, 4 * 5 * 6, 3) and float(tokens[1, 7, 2]) == float(x[1, 2, 0, 1, 1])
+    np.testing.assert_array_equal(unpack_latents(tokens, (4, 5, 6)), x)
+
+
+def test_bad_sizes_and_settings_are_refused_before_compute(pipes):
+    _, ours, _ = pipes("0.9.8")
+    cfg = ours.vae_cfg
+    with pytest.raises(ValueError, match=r"num_frames=20 must be of the form 8k\+1.*use 17 or 25"):
+        check_inputs(cfg, 64, 96, 20, 25)
+    with pytest.raises(ValueError, match="height=70 must be a positive multiple of 32: use 64 or 96"):
+        check_inputs(cfg, 70, 96, 17, 25)
+    with pytest.raises(ValueError, match="frame_rate"):
+        check_inputs(cfg, 64, 96, 17, 0)
+    with pytest.raises(ValueError, match="guidance_rescale=1.5 must be in"):
+        ours(PROMPT, height=H, width=W, num_frames=F, guidance_rescale=1.5, progress=False)
+    with pytest.raises(ValueError, match="latents have shape"):
+        ours(PROMPT, height=H, width=W, num_frames=F, latents=np.zeros((1, 16, 2, 2, 3), np.float32), progress=False)
+    with pytest.raises(ValueError, match="timesteps"):
+        ours(PROMPT, height=H, width=W, num_frames=F, timesteps=[1000.0, 2000.0], progress=False)
+
+
+def test_checkpoint_errors_name_the_problem(tmp_path, pipes):
+    folder, _, _ = pipes("0.9.8")
+    with pytest.raises(CheckpointError, match="no model_index.json"):
+        LTXPipeline.from_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="single component folder"):
+        LTXPipeline.from_pretrained(folder / "transformer")
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    shutil.rmtree(broken / "vae")
+    with pytest.raises(CheckpointError, match="missing its vae folder"):
+        LTXPipeline.from_pretrained(broken)
+
+
+def test_vae_decoder_side_only_and_statistics_used(pipes):
+    """Denormalisation reads the checkpoint's latents_mean / latents_std (the demo's are not 0 / 1)."""
+    _, ours, _ = pipes("0.9.8")
+    mean = np.asarray(ours.vae_params["latents_mean"])
+    assert np.abs(mean).max() > 0.01
+    z = np.zeros((1, 16, 1, 1, 1), np.float32)
+    np.testing.assert_allclose(np.asarray(lvae.denormalize_latents(ours.vae_params, z)).reshape(-1), mean)
