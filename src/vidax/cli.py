@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vidax", description="JAX inference for open video generation models.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="generate a video from a prompt")
-    g.add_argument("--checkpoint", required=True, help="Wan checkpoint folder (diffusers layout or the original release)")
+    g.add_argument("--checkpoint", required=True,
+                   help="Wan (diffusers layout or the original release), CogVideoX or LTX-Video checkpoint folder")
     g.add_argument("--prompt", required=True)
     g.add_argument("--negative-prompt", default=None, help="default: the Wan reference negative prompt")
     g.add_argument("--image", default=None, help="first frame (image-to-video checkpoints: Wan2.1 I2V/FLF2V, Wan2.2)")
@@ -149,7 +150,8 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh, write no cache")
 
     i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
-    i.add_argument("path", help="a Wan or CogVideoX checkpoint folder (any layout), a component folder, or a weights file")
+    i.add_argument("path", help="a Wan, CogVideoX or LTX-Video checkpoint folder (any layout), a component folder, "
+                                "or a weights file")
 
     pl = sub.add_parser("plan", help="per-device memory of every (dp, tp, sp, offload) split, compiled without weights")
     pl.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the generation settings to plan")
@@ -172,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", default=None, help="also write the estimates as JSON here")
 
     c = sub.add_parser("convert", help="translate a checkpoint once into the vidax layout (loads as a plain copy)")
-    c.add_argument("src", help="Wan (diffusers layout or the original release) or CogVideoX checkpoint folder")
+    c.add_argument("src", help="Wan (diffusers layout or the original release), CogVideoX or LTX-Video checkpoint folder")
     c.add_argument("dst", help="output folder (must not exist)")
     c.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="transformer weight dtype")
     c.add_argument("--text-encoder-dtype", choices=["bfloat16", "float32"], default="float32")
@@ -592,9 +594,12 @@ def plan(args) -> int:
 
 def inspect(args) -> int:
     from vidax.models.cogvideox.layout import is_cogvideox_folder
+    from vidax.models.ltx.layout import is_ltx_folder
 
     if is_cogvideox_folder(args.path):
         from vidax.models.cogvideox.inspection import inspect_checkpoint
+    elif is_ltx_folder(args.path):
+        from vidax.models.ltx.layout import inspect_checkpoint
     else:
         from vidax.models.wan.inspection import inspect_checkpoint
     from vidax.checkpoint.inspect import MISMATCH
@@ -609,9 +614,12 @@ def inspect(args) -> int:
 
 def convert(args) -> int:
     from vidax.models.cogvideox.layout import is_cogvideox_folder
+    from vidax.models.ltx.layout import is_ltx_folder
 
     if is_cogvideox_folder(args.src):
         from vidax.models.cogvideox.convert import convert_checkpoint
+    elif is_ltx_folder(args.src):
+        from vidax.models.ltx.layout import convert_checkpoint
     else:
         from vidax.models.wan.convert import convert_checkpoint
 

@@ -1,0 +1,269 @@
+"""Checkpoint folders of the T5-conditioned families (CogVideoX, LTX-Video): resolution, inspection, conversion.
+
+Both publish diffusers pipeline folders of the same shape::
+
+    model_index.json            _class_name: one of the family's pipeline classes
+    transformer/                config.json + diffusion_pytorch_model*.safetensors
+    vae/                        config.json + diffusion_pytorch_model*.safetensors
+    text_encoder/               transformers T5EncoderModel (google t5-v1_1-xxl)
+    tokenizer/                  T5 tokenizer (vidax reads tokenizer.json or spiece.model)
+    scheduler/                  scheduler_config.json
+
+and ``vidax convert`` writes a second layout, ``"vidax"``: ``vidax_index.json`` (``format: vidax``, ``family``,
+``pipeline_class``), each component's ``config.json`` (diffusers keys) and ``params.safetensors`` (our parameter
+names and layout, cast by the dtype policy), loaded with the identity key maps: a plain copy. The tokenizer and
+scheduler folders are copied.
+
+What differs per family (configurations, key maps, parameter declarations, names) is a :class:`T5Family`;
+:func:`resolve`, :func:`inspect_lines` and :func:`convert` are written once over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.keymap import KeyMap, identity_keymap
+from vidax.checkpoint.writer import VIDAX_INDEX, VIDAX_WEIGHTS, assembled_folder, write_component, write_json
+from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
+
+PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+DIFFUSERS, VIDAX = "diffusers", "vidax"
+
+
+@dataclass(frozen=True)
+class T5Family:
+    """What a T5-conditioned family's folders need that the others' do not.
+
+    Attributes:
+      family: the ``vidax_index.json`` family name (``"cogvideox"``, ``"ltx"``).
+      display: the name in messages (``"CogVideoX"``).
+      pipeline_classes: ``model_index.json`` classes of the family; the first is the default.
+      example: a published folder, for messages.
+      transformer_config, vae_config: ``config.json`` dict -> configuration.
+      transformer_keymap, vae_keymap: configuration -> diffusers key map.
+      transformer_specs, vae_specs: configuration -> spec tree.
+    """
+
+    family: str
+    display: str
+    pipeline_classes: tuple[str, ...]
+    example: str
+    transformer_config: Callable[[dict], Any]
+    vae_config: Callable[[dict], Any]
+    transformer_keymap: Callable[[Any], KeyMap]
+    vae_keymap: Callable[[Any], KeyMap]
+    transformer_specs: Callable[[Any], dict]
+    vae_specs: Callable[[Any], dict]
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``.
+
+    Raises:
+      CheckpointError: invalid JSON or not an object.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class T5Checkpoint:
+    """A resolved folder of a :class:`T5Family` (every path exists).
+
+    Attributes:
+      folder: the checkpoint folder.
+      pipeline_class: ``model_index.json``'s ``_class_name`` (the vidax layout keeps it in its index).
+      layout: ``"diffusers"`` or ``"vidax"`` (converted).
+      family: the family.
+    """
+
+    folder: Path
+    pipeline_class: str
+    layout: str
+    family: T5Family
+
+    def part(self, name: str) -> Path:
+        return self.folder / name
+
+    def transformer_config(self):
+        return self.family.transformer_config(read_json(self.folder / "transformer" / "config.json"))
+
+    def vae_config(self):
+        return self.family.vae_config(read_json(self.folder / "vae" / "config.json"))
+
+    def text_encoder_config(self) -> T5Config:
+        return T5Config.from_dict(read_json(self.folder / "text_encoder" / "config.json"))
+
+    def scheduler_config(self) -> dict:
+        return read_json(self.folder / "scheduler" / "scheduler_config.json")
+
+    def reader(self, part: str):
+        """A :class:`~vidax.checkpoint.safetensors_io.CheckpointReader` over one component's weights."""
+        from vidax.checkpoint.safetensors_io import CheckpointReader
+
+        return CheckpointReader(self.folder / part / VIDAX_WEIGHTS if self.layout == VIDAX else self.folder / part)
+
+    def transformer_keymap(self, cfg) -> KeyMap:
+        f = self.family
+        return identity_keymap(f.transformer_specs(cfg)) if self.layout == VIDAX else f.transformer_keymap(cfg)
+
+    def vae_keymap(self, cfg) -> KeyMap:
+        f = self.family
+        return identity_keymap(f.vae_specs(cfg)) if self.layout == VIDAX else f.vae_keymap(cfg)
+
+    def text_encoder_keymap(self, cfg: T5Config, keys=None) -> KeyMap:
+        return identity_keymap(t5_specs(cfg)) if self.layout == VIDAX else t5_keymap(cfg, keys)
+
+
+def resolve(folder: str | os.PathLike, family: T5Family) -> T5Checkpoint:
+    """Check a ``family`` folder (diffusers or vidax layout) and return where everything is.
+
+    Raises:
+      CheckpointError: the folder is missing; it has no ``model_index.json`` or one for another pipeline;
+        parts, ``config.json`` files or ``scheduler_config.json`` are missing (all named); a ``vidax_index.json``
+        of another family or incomplete converted folder.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: checkpoint folder not found")
+    if (folder / VIDAX_INDEX).is_file():
+        return _resolve_vidax(folder, family)
+    index = folder / "model_index.json"
+    if not index.is_file():
+        if (folder / "config.json").is_file():
+            raise CheckpointError(f"{folder}: this is a single component folder; pass the pipeline folder that holds it "
+                                  "(with model_index.json)")
+        raise CheckpointError(f"{folder}: no model_index.json; pass a diffusers-layout {family.display} checkpoint "
+                              f"folder (e.g. {family.example})")
+    name = read_json(index).get("_class_name")
+    if name not in family.pipeline_classes:
+        raise CheckpointError(f"{folder}: model_index.json describes {name!r}, not a {family.display} pipeline "
+                              f"({', '.join(family.pipeline_classes)})")
+    missing = [p for p in PARTS if not (folder / p).is_dir()]
+    if missing:
+        raise CheckpointError(f"{folder}: checkpoint is missing its {', '.join(missing)} folder(s); re-download them")
+    absent = [str(folder / p / "config.json") for p in ("transformer", "vae", "text_encoder")
+              if not (folder / p / "config.json").is_file()]
+    if not (folder / "scheduler" / "scheduler_config.json").is_file():
+        absent.append(str(folder / "scheduler" / "scheduler_config.json"))
+    if absent:
+        raise CheckpointError(f"{folder}: missing {', '.join(absent)}")
+    return T5Checkpoint(folder=folder, pipeline_class=name, layout=DIFFUSERS, family=family)
+
+
+def _resolve_vidax(folder: Path, family: T5Family) -> T5Checkpoint:
+    index = read_json(folder / VIDAX_INDEX)
+    if index.get("format") != "vidax" or index.get("family") != family.family:
+        raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted {family.display} checkpoint (format/family)")
+    missing = [f"{part}/{name}" for part in ("transformer", "vae", "text_encoder") for name in ("config.json", VIDAX_WEIGHTS)
+               if not (folder / part / name).is_file()]
+    missing += [p for p in ("tokenizer", "scheduler/scheduler_config.json") if not (folder / p).exists()]
+    if missing:
+        raise CheckpointError(f"{folder}: converted {family.display} folder is missing {', '.join(missing)}; "
+                              "run `vidax convert` again")
+    return T5Checkpoint(folder=folder, pipeline_class=index.get("pipeline_class", family.pipeline_classes[0]),
+                        layout=VIDAX, family=family)
+
+
+def is_family_folder(folder: str | os.PathLike, family: T5Family) -> bool:
+    """Whether ``folder`` holds a ``family`` checkpoint (``model_index.json`` naming one of its pipelines, or a
+    vidax-converted one of that family); reads only those index files."""
+    folder = Path(folder)
+    try:
+        if (folder / VIDAX_INDEX).is_file():
+            return read_json(folder / VIDAX_INDEX).get("family") == family.family
+        if (folder / "model_index.json").is_file():
+            return read_json(folder / "model_index.json").get("_class_name") in family.pipeline_classes
+    except CheckpointError:
+        return False
+    return False
+
+
+def inspect_lines(ckpt: T5Checkpoint, summary: str) -> list[str]:
+    """``vidax inspect`` of a resolved folder, reading headers only.
+
+    Args:
+      summary: the family's one-line description of the transformer (after ``"  transformer: "``).
+
+    Returns:
+      report lines: the pipeline class and layout, the transformer summary, and per component its tensors, the
+      keys our maps do not know and whether the maps fill the model exactly.
+    """
+    from vidax.checkpoint.inspect import component_lines
+
+    f = ckpt.family
+    tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
+    lines = [f"{ckpt.folder}: {f.display} {ckpt.pipeline_class}, {ckpt.layout} layout", f"  transformer: {summary}"]
+    lines += component_lines("transformer", ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg),
+                             f.transformer_specs(tcfg), str(ckpt.part("transformer")))
+    lines += component_lines("vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg), str(ckpt.part("vae")))
+    ereader = ckpt.reader("text_encoder")
+    lines += component_lines("text_encoder", ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
+                             str(ckpt.part("text_encoder")))
+    lines.append(f"tokenizer: {ckpt.part('tokenizer')}")
+    return lines
+
+
+def convert(ckpt: T5Checkpoint, dst: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
+            vae_dtype: Any = "float32") -> dict:
+    """Translate a resolved folder into the vidax layout at ``dst`` (see the module docstring).
+
+    Loading the result gives exactly the parameters loading the source gives (the transformer cast to ``dtype`` on
+    the way, its fp32-pinned leaves kept fp32).
+
+    Args:
+      dst: the output folder; must not exist. Assembled under a temporary name beside it and renamed when complete.
+      dtype, text_encoder_dtype, vae_dtype: component dtypes (the pipelines' defaults: bf16 transformer, fp32 others).
+
+    Returns:
+      a summary: family, pipeline class, source layout, dtypes, bytes written per component, seconds.
+
+    Raises:
+      CheckpointError: weights that do not match their configuration. FileExistsError: ``dst`` exists.
+    """
+    t0 = time.perf_counter()
+    if Path(dst).exists():
+        raise FileExistsError(f"{dst} exists; choose a new output folder")
+    f = ckpt.family
+    with assembled_folder(dst) as tmp:
+        tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
+        configs = {p: json.loads((ckpt.part(p) / "config.json").read_text()) for p in ("transformer", "vae", "text_encoder")}
+        ereader = ckpt.reader("text_encoder")
+        sizes = {
+            "transformer": write_component(tmp / "transformer", ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg),
+                                           f.transformer_specs(tcfg), dtype, configs["transformer"],
+                                           str(ckpt.part("transformer"))),
+            "vae": write_component(tmp / "vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg), vae_dtype,
+                                   configs["vae"], str(ckpt.part("vae"))),
+            "text_encoder": write_component(tmp / "text_encoder", ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()),
+                                            t5_specs(ecfg), text_encoder_dtype, configs["text_encoder"],
+                                            str(ckpt.part("text_encoder"))),
+        }
+        shutil.copytree(ckpt.part("tokenizer"), tmp / "tokenizer")
+        shutil.copytree(ckpt.part("scheduler"), tmp / "scheduler")
+        summary = {
+            "format": "vidax", "version": 1, "family": f.family, "pipeline_class": ckpt.pipeline_class,
+            "model": f"{f.display} ({ckpt.pipeline_class})", "source": str(ckpt.folder.resolve()),
+            "source_layout": ckpt.layout,
+            "dtypes": {"transformer": str(np.dtype(dtype)), "vae": str(np.dtype(vae_dtype)),
+                       "text_encoder": str(np.dtype(text_encoder_dtype))},
+            "bytes": sizes,
+        }
+        write_json(tmp / VIDAX_INDEX, summary)
+    summary["seconds"] = time.perf_counter() - t0
+    return summary
