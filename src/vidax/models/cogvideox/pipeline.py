@@ -32,7 +32,6 @@ heads, FFN width and AdaLN projections over ``tensor`` and the joint text + vide
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -47,14 +46,14 @@ from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.attention import AttentionImpl
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import (check_dtype, check_finite_video, check_guidance, check_seed, integer_problems,
                                is_integer, prompt_batch)
 from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
-from vidax.core.parallel import sequence_mode
+from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated, to_mesh
 from vidax.core.residency import OnDemand, keep_resident
-from vidax.core.sharding import axis_size, make_mesh
+from vidax.core.sharding import make_mesh
 from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
@@ -431,16 +430,17 @@ class CogVideoXPipeline:
         # Placed once: the 2B sin-cos table is (tokens x width) floats, not to be re-sent every step.
         positions = jax.tree.map(jnp.asarray, position_tables(tcfg, shape))
         ofs = jnp.full((1,), 2.0, jnp.float32) if tcfg.ofs_embed_dim else None  # the I2V pipeline's fixed ofs
-        metrics.update(self._parallel_metrics())
-        aux_device = _first_device(self.vae_params)
+        metrics.update(parallel_metrics(self.mesh, self.rules, tcfg.num_attention_heads, self.attention))
+        aux_device = first_device(self.vae_params)
         # On a mesh: the context split over data (the CFG halves), the rest replicated.
-        x, positions, cond, ofs = self._to_mesh((x, positions, cond, ofs))
-        context = self._to_mesh(context, split_batch=True)
+        x, positions, cond, ofs = to_mesh((x, positions, cond, ofs), self.mesh, self.rules)
+        context = to_mesh(context, self.mesh, self.rules, split_batch=True)
 
-        with _mesh_context(self.mesh):
+        with mesh_context(self.mesh):
             t0 = time.perf_counter()
-            compiled = self.compile_step(self.transformer_params, x, self._to_mesh(jnp.zeros((b,), jnp.float32)),
-                                         context, positions, self._to_mesh(jnp.float32(guidance_scale)), cond, ofs,
+            t_abstract, g_first = to_mesh((jnp.zeros((b,), jnp.float32), jnp.float32(guidance_scale)), self.mesh,
+                                          self.rules)
+            compiled = self.compile_step(self.transformer_params, x, t_abstract, context, positions, g_first, cond, ofs,
                                          guided=guided)
             metrics["compile_s"] = time.perf_counter() - t0
             metrics["block_loop"] = self.block_loop
@@ -450,8 +450,9 @@ class CogVideoXPipeline:
             for i in tqdm(range(n), desc="denoising", disable=not progress):
                 ts = time.perf_counter()
                 t = state.timesteps[i]
-                g = self._to_mesh(jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg)))
-                tb = self._to_mesh(jnp.full((b,), t, jnp.float32))
+                g = to_mesh(jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg)), self.mesh,
+                            self.rules)
+                tb = to_mesh(jnp.full((b,), t, jnp.float32), self.mesh, self.rules)
                 pred = compiled(self.transformer_params, x, tb, context, positions, g, cond, ofs)
                 if stochastic:
                     noise = None if step_noise is None else jnp.asarray(step_noise(i), jnp.float32)
@@ -513,51 +514,6 @@ class CogVideoXPipeline:
         """How many times this pipeline has compiled its scanned step (``block_loop="scan"``)."""
         return self._step._cache_size()
 
-    def _to_mesh(self, tree, split_batch: bool = False):
-        """Step inputs (any pytree, None leaves kept) onto the mesh: replicated, or with ``split_batch``
-        the leading axis over ``data`` where dp divides it (the context's CFG halves). Without a mesh:
-        unchanged."""
-        if self.mesh is None:
-            return tree
-        dp = axis_size(self.mesh, self.rules.mesh_axes("batch"))
-
-        def place(a):
-            split = split_batch and dp > 1 and a.ndim >= 1 and a.shape[0] % dp == 0
-            spec = self.rules.spec(("batch",) + (None,) * (a.ndim - 1)) if split else jax.sharding.PartitionSpec()
-            return jax.device_put(a, jax.sharding.NamedSharding(self.mesh, spec))
-
-        return jax.tree.map(place, tree)
-
-    def _parallel_metrics(self) -> dict:
-        """``{"mesh": {"dp", "tp", "sp"}, "attention": implementation, "sequence_parallel": None | "ulysses" |
-        "kv_all_gather"}``."""
-        sizes = {"dp": 1, "tp": 1, "sp": 1}
-        if self.mesh is not None:
-            sizes = {k: axis_size(self.mesh, self.rules.mesh_axes(n)) for k, n in
-                     (("dp", "batch"), ("tp", "heads"), ("sp", "tokens"))}
-        heads = self.transformer_cfg.num_attention_heads
-        mode = sequence_mode(heads // sizes["tp"], sizes["sp"]) if sizes["sp"] > 1 else None
-        return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
-
-
-def _first_device(tree):
-    """The device of the first leaf of a parameter tree (the VAE's device)."""
-    return next(iter(jax.tree.leaves(tree)[0].devices()))
-
-
-def _mesh_context(mesh):
-    """``jax.set_mesh(mesh)``, or nothing without a mesh (attention kernels outside ``shard_map``
-    then see the mesh and run per shard, paper Table 4 fault 7)."""
-    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
-
-
-def _replicated(x, mesh):
-    # The sampler's state stays replicated, so every step's inputs keep the compiled shardings.
-    if mesh is None:
-        return x
-    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-
-
 def _cfg_step(params, latents, timestep, context, positions, guidance_scale, cond=None, ofs=None, *, cfg,
               attention_impl, guided, mesh=None, rules=COGVIDEOX_RULES):
     """One guided transformer evaluation: both CFG halves in one batch of 2B.
@@ -579,11 +535,11 @@ def _cfg_step(params, latents, timestep, context, positions, guidance_scale, con
     x = latents if cond is None else jnp.concatenate([latents, cond.astype(latents.dtype)], axis=2)
     kw = dict(cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
     if not guided:
-        return _replicated(forward(params, x, timestep, context, positions, ofs, **kw), mesh)
+        return replicated(forward(params, x, timestep, context, positions, ofs, **kw), mesh)
     both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep]), context, positions, ofs,
                    **kw)
     uncond, text = jnp.split(both, 2)
-    return _replicated(uncond + guidance_scale * (text - uncond), mesh)
+    return replicated(uncond + guidance_scale * (text - uncond), mesh)
 
 
 class CogVideoXImageToVideoPipeline(CogVideoXPipeline):

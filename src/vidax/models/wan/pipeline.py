@@ -31,7 +31,6 @@ and the VAE run on each process's first local device, and only process 0 shows p
 
 from __future__ import annotations
 
-import contextlib
 import os
 from functools import partial
 import time
@@ -47,11 +46,11 @@ from tqdm.auto import tqdm
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.checkpoint.reader import CountingReader
-from vidax.core.attention import AttentionImpl, resolve_implementation
+from vidax.core.attention import AttentionImpl
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import check_dtype, check_guidance, check_seed, integer_problems, is_integer, prompt_batch
 from vidax.core.offload import ChunkPlan, OffloadedStack, block_placement, block_plan, split_blocks
-from vidax.core.parallel import sequence_mode
+from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, make_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
@@ -404,11 +403,12 @@ class WanPipeline:
             x = jnp.asarray(latents, jnp.float32)
         cos, sin = (jnp.asarray(a) for a in rope_tables(self.transformer_cfg, shape))
         g = jnp.float32(guidance_scale)
-        metrics.update(self._parallel_metrics())
-        aux_device = _first_device(self.vae_params)
+        metrics.update(parallel_metrics(self.mesh, self.rules, self.transformer_cfg.num_attention_heads,
+                                        self.attention))
+        aux_device = first_device(self.vae_params)
         x, context, cos, sin, g = self._to_mesh(x, context, cos, sin, g)
 
-        with _mesh_context(self.mesh):
+        with mesh_context(self.mesh):
             t0 = time.perf_counter()
             t = self._to_mesh(np.zeros((b,), np.float32))[0]
             compiled = self.compile_step(self.transformer_params, x, t, context, cos, sin, g, guided=guided)
@@ -529,15 +529,6 @@ class WanPipeline:
             out.append(jax.device_put(a, sharding))
         return tuple(out)
 
-    def _parallel_metrics(self) -> dict:
-        sizes = {"dp": 1, "tp": 1, "sp": 1}
-        if self.mesh is not None:
-            sizes = {k: axis_size(self.mesh, self.rules.mesh_axes(n)) for k, n in
-                     (("dp", "batch"), ("tp", "heads"), ("sp", "tokens"))}
-        mode = sequence_mode(self.transformer_cfg.num_attention_heads // sizes["tp"], sizes["sp"]) if sizes["sp"] > 1 else None
-        return {"mesh": sizes, "attention": resolve_implementation(self.attention).value, "sequence_parallel": mode}
-
-
 def load_transformer(reader, keymap, cfg, dtype, *, source: str, mesh=None, plan: ChunkPlan | None = None):
     """Load a Wan transformer, placed once: resident on its mesh, or with its blocks in host memory.
 
@@ -568,17 +559,6 @@ def _local(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         return x.addressable_data(0)
     return x
-
-
-def _first_device(tree):
-    """The device of the first leaf of a parameter tree (the VAE's / text encoder's device)."""
-    return next(iter(jax.tree.leaves(tree)[0].devices()))
-
-
-def _mesh_context(mesh):
-    """``jax.set_mesh(mesh)``, or nothing without a mesh (attention kernels outside ``shard_map``
-    then see the mesh and run per shard, paper Table 4 fault 7)."""
-    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
 # The UniPC configuration of the Wan2.1 diffusers checkpoints (scheduler/scheduler_config.json).
@@ -614,12 +594,12 @@ def _cfg_step(params, latents, timestep, context, cos, sin, guidance_scale, *, c
     """
     x = latents.astype(params["patch_embedding"]["kernel"].dtype)
     if not guided:
-        return _replicated(forward(params, x, timestep, context, cos, sin, cfg=cfg, attention_impl=attention_impl,
+        return replicated(forward(params, x, timestep, context, cos, sin, cfg=cfg, attention_impl=attention_impl,
                                    mesh=mesh, rules=rules), mesh)
     both = forward(params, jnp.concatenate([x, x]), jnp.concatenate([timestep, timestep]), context, cos, sin,
                    cfg=cfg, attention_impl=attention_impl, mesh=mesh, rules=rules)
     cond, uncond = jnp.split(both, 2)
-    return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+    return replicated(uncond + guidance_scale * (cond - uncond), mesh)
 
 
 def compile_offloaded_step(resident, chunk, x, t, context, cos, sin, g, *, cfg, attention, guided: bool, mesh=None,
@@ -702,9 +682,6 @@ def _cfg_epilogue(params, x, temb, guidance_scale, *, cfg, latent_shape, guided,
     if guided:
         cond, uncond = jnp.split(out, 2)
         out = uncond + guidance_scale * (cond - uncond)
-    return _replicated(out, mesh)
+    return replicated(out, mesh)
 
 
-def _replicated(x, mesh):
-    # The sampler's state stays replicated, so every step's inputs keep the compiled shardings.
-    return x if mesh is None else jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))

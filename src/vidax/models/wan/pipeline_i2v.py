@@ -54,13 +54,13 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.core.inputs import check_dtype, check_guidance, check_seed, prompt_batch
 from vidax.core.offload import OffloadedStack, block_plan
+from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_specs, encode_images, preprocess_images
 from vidax.models.wan import offload as wan_offload
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
-from vidax.models.wan.pipeline import (WanOutput, WanPipeline, _first_device, _mesh_context, _replicated,
-                                       compile_offloaded, load_transformer)
+from vidax.models.wan.pipeline import WanOutput, WanPipeline, compile_offloaded, load_transformer
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, forward_prologue, rope_tables, transformer_specs
 from vidax.video import frames_from_video, peak_memory_metrics
@@ -194,9 +194,9 @@ def _video_step(params, latents, condition, mask, timestep, context, image_conte
     out = forward(params, x, ts, context, cos, sin, image_context=img, cfg=cfg, attention_impl=attention_impl,
                   mesh=mesh, rules=rules)
     if not guided:
-        return _replicated(out, mesh)
+        return replicated(out, mesh)
     cond, uncond = jnp.split(out, 2)
-    return _replicated(uncond + guidance_scale * (cond - uncond), mesh)
+    return replicated(uncond + guidance_scale * (cond - uncond), mesh)
 
 
 def _transformer_inputs(params, latents, condition, mask, timestep, image_context, *, cfg, guided, mode):
@@ -504,7 +504,7 @@ class WanImageToVideoPipeline(WanPipeline):
             if last_image is not None:
                 frames.append(vae_pixels(last_image, height, width)[:, None])
             video = np.concatenate(frames, axis=1)[None]
-        device = _first_device(self.vae_params)
+        device = first_device(self.vae_params)
         # The encoder side is loaded at the first image (a text-only TI2V run never reads it).
         vae = {**self.vae_params, **self.vae_encoder.get()}
         mean, _ = wan_vae.encode(vae, self.vae_cfg, jax.device_put(jnp.asarray(video), device))
@@ -643,15 +643,16 @@ class WanImageToVideoPipeline(WanPipeline):
         scales = (jnp.float32(guidance_scale), jnp.float32(guidance_scale_2))
         step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided, mode=mode, mesh=self.mesh,
                          rules=self.rules)
-        metrics.update(self._parallel_metrics())
-        aux_device = _first_device(self.vae_params)
+        metrics.update(parallel_metrics(self.mesh, self.rules, self.transformer_cfg.num_attention_heads,
+                                        self.attention))
+        aux_device = first_device(self.vae_params)
         x, context, cos, sin = self._to_mesh(x, context, cos, sin)
         condition, mask, image_context = (None if a is None else self._to_mesh(a)[0]
                                           for a in (condition, mask, image_context))
         scales = self._to_mesh(*scales)
         swaps_before = self.experts.swaps
 
-        with _mesh_context(self.mesh):
+        with mesh_context(self.mesh):
             t0 = time.perf_counter()
             t_arg = self._to_mesh(jnp.zeros((b,), jnp.float32))[0]
             first = expert_for_timestep(state.timesteps[0], boundary) if state.num_inference_steps else HIGH_NOISE
