@@ -22,22 +22,22 @@ from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx import vae as lv
 
 # Patch size 2 and 8x temporal compression: 16x spatial (32 in the releases), 8k + 1 frames as released.
-_ENCODER_090 = dict(block_out_channels=(8, 8, 16, 16), layers_per_block=(1, 1, 1, 1, 2))
+_ENCODER_090 = {"block_out_channels": (8, 8, 16, 16), "layers_per_block": (1, 1, 1, 1, 2)}
 TINY = {
-    "0.9.0": dict(_ENCODER_090, latent_channels=4, patch_size=2, decoder_block_out_channels=(8, 8, 16, 16),
-                  decoder_layers_per_block=(1, 1, 1, 2, 2)),
-    "0.9.1": dict(_ENCODER_090, latent_channels=4, patch_size=2, decoder_block_out_channels=(8, 16, 32),
-                  decoder_layers_per_block=(1, 2, 1, 2), decoder_spatio_temporal_scaling=(True, True, True),
-                  decoder_inject_noise=(True, True, False, True), upsample_residual=(True, True, True),
-                  upsample_factor=(2, 2, 2), timestep_conditioning=True),
-    "0.9.5": dict(latent_channels=4, patch_size=2, block_out_channels=(8, 16, 32, 32, 64),
-                  down_block_types=("LTXVideo095DownBlock3D",) * 4, layers_per_block=(1, 1, 1, 2, 1),
-                  spatio_temporal_scaling=(True,) * 4, downsample_type=("spatial", "temporal", "spatiotemporal",
-                                                                         "spatiotemporal"),
-                  decoder_block_out_channels=(8, 16, 32), decoder_layers_per_block=(1, 1, 2, 1),
-                  decoder_spatio_temporal_scaling=(True,) * 3, decoder_inject_noise=(False,) * 4,
-                  upsample_residual=(True,) * 3, upsample_factor=(2,) * 3, timestep_conditioning=True,
-                  spatial_compression_ratio=16, temporal_compression_ratio=8),
+    "0.9.0": {**_ENCODER_090, "latent_channels": 4, "patch_size": 2, "decoder_block_out_channels": (8, 8, 16, 16),
+              "decoder_layers_per_block": (1, 1, 1, 2, 2)},
+    "0.9.1": {**_ENCODER_090, "latent_channels": 4, "patch_size": 2, "decoder_block_out_channels": (8, 16, 32),
+              "decoder_layers_per_block": (1, 2, 1, 2), "decoder_spatio_temporal_scaling": (True, True, True),
+              "decoder_inject_noise": (True, True, False, True), "upsample_residual": (True, True, True),
+              "upsample_factor": (2, 2, 2), "timestep_conditioning": True},
+    "0.9.5": {"latent_channels": 4, "patch_size": 2, "block_out_channels": (8, 16, 32, 32, 64),
+              "down_block_types": ("LTXVideo095DownBlock3D",) * 4, "layers_per_block": (1, 1, 1, 2, 1),
+              "spatio_temporal_scaling": (True,) * 4,
+              "downsample_type": ("spatial", "temporal", "spatiotemporal", "spatiotemporal"),
+              "decoder_block_out_channels": (8, 16, 32), "decoder_layers_per_block": (1, 1, 2, 1),
+              "decoder_spatio_temporal_scaling": (True,) * 3, "decoder_inject_noise": (False,) * 4,
+              "upsample_residual": (True,) * 3, "upsample_factor": (2,) * 3, "timestep_conditioning": True,
+              "spatial_compression_ratio": 16, "temporal_compression_ratio": 8},
 }
 TIMESTEPS = np.array([0.05, 0.3], np.float32)
 
@@ -52,39 +52,43 @@ def _load(path):
     return cfg, load_params(CheckpointReader(path), lv.vae_keymap(cfg), lv.vae_specs(cfg), np.float32, source=str(path))
 
 
+@pytest.fixture(scope="module")
+def make(tmp_path_factory):
+    """``make(name) -> (model, cfg, params, path)``: the tiny variant built once per module."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            torch.manual_seed(0)
+            model = AutoencoderKLLTXVideo(**TINY[name]).eval()
+            with torch.no_grad():
+                for key, p in model.state_dict().items():  # parameters and buffers (latent statistics)
+                    if key.endswith("timestep_scale_multiplier"):
+                        p.fill_(937.0)
+                    elif "norm" in key or "scale" in key or key.startswith("latents_"):
+                        positive = key.endswith("weight") or key == "latents_std"
+                        p.copy_(torch.rand_like(p) + 0.5 if positive else 0.3 * torch.randn_like(p))
+            path = tmp_path_factory.mktemp(f"ltx_vae_{name}")
+            model.save_pretrained(path)
+            made[name] = (model, *_load(path), path)
+        return made[name]
+
+    return get
+
+
 @pytest.fixture(scope="module", params=list(TINY))
-def variant(request, tmp_path_factory):
-    return _make(request.param, tmp_path_factory)
-
-
-_MADE = {}
-
-
-def _make(name, tmp_path_factory):
-    if name not in _MADE:
-        torch.manual_seed(0)
-        model = AutoencoderKLLTXVideo(**TINY[name]).eval()
-        with torch.no_grad():
-            for key, p in model.state_dict().items():  # parameters and buffers (latent statistics)
-                if key.endswith("timestep_scale_multiplier"):
-                    p.fill_(937.0)
-                elif "norm" in key or "scale" in key or key.startswith("latents_"):
-                    positive = key.endswith("weight") or key == "latents_std"
-                    p.copy_(torch.rand_like(p) + 0.5 if positive else 0.3 * torch.randn_like(p))
-        path = tmp_path_factory.mktemp(f"ltx_vae_{name}")
-        model.save_pretrained(path)
-        _MADE[name] = (model, *_load(path), path)
-    return _MADE[name]
+def variant(request, make):
+    return make(request.param)
 
 
 @pytest.fixture(scope="module")
-def v091(tmp_path_factory):
-    return _make("0.9.1", tmp_path_factory)
+def v091(make):
+    return make("0.9.1")
 
 
 @pytest.fixture(scope="module")
-def v095(tmp_path_factory):
-    return _make("0.9.5", tmp_path_factory)
+def v095(make):
+    return make("0.9.5")
 
 
 class _Recorder:
@@ -105,7 +109,8 @@ class _Recorder:
         it, calls = iter(self.draws), []
         for h, w in latent_sizes:
             shapes = lv.decoder_noise_shapes(cfg, h, w)
-            ordered = [("mid_block",)] * ("mid_block" in shapes) + [("up_blocks", k) for k in shapes.get("up_blocks", {})]
+            ordered = [("mid_block",)] * ("mid_block" in shapes)
+            ordered += [("up_blocks", k) for k in shapes.get("up_blocks", {})]
             tree: dict = {}
             for path in ordered:
                 n, _, hh, ww = shapes[path[0]] if len(path) == 1 else shapes[path[0]][path[1]]
@@ -135,8 +140,8 @@ def _reference_decode(model, z, t):
 
 
 @pytest.mark.parametrize("name, frames", [("0.9.0", 9), ("0.9.0", 1), ("0.9.5", 17), ("0.9.5", 1)])
-def test_encode_parity(name, frames, tmp_path_factory):
-    model, cfg, params, _ = _make(name, tmp_path_factory)
+def test_encode_parity(name, frames, make):
+    model, cfg, params, _ = make(name)
     x = np.random.default_rng(frames).uniform(-1, 1, (1, 3, frames, 32, 48)).astype(np.float32)
     with torch.no_grad():
         dist = model.encode(torch.from_numpy(x)).latent_dist
@@ -185,11 +190,13 @@ def test_keyed_noise_is_the_explicit_noise_of_each_call(v091):
 # -- tiling ---------------------------------------------------------------------------------------
 
 
+TILE_SETTINGS = ("tile_sample_min_height", "tile_sample_min_width", "tile_sample_min_num_frames",
+                 "tile_sample_stride_height", "tile_sample_stride_width", "tile_sample_stride_num_frames")
+
+
 def test_tiling_defaults_match_reference(v095):
     model, cfg, _, _ = v095
-    want = {k: getattr(model, k) for k in ("tile_sample_min_height", "tile_sample_min_width", "tile_sample_min_num_frames",
-                                           "tile_sample_stride_height", "tile_sample_stride_width",
-                                           "tile_sample_stride_num_frames")}
+    want = {k: getattr(model, k) for k in TILE_SETTINGS}
     tiling = lv.LTXVideoTiling()
     assert {k: getattr(tiling, k) for k in want} == want
     assert (tiling.spatial, tiling.temporal) == (True, False)  # enable_tiling() / use_framewise_decoding
@@ -205,9 +212,7 @@ SPATIAL = lv.LTXVideoTiling(tile_sample_min_height=48, tile_sample_min_width=48,
 
 
 def _enable(model, tiling):
-    model.enable_tiling(**{k: getattr(tiling, k) for k in ("tile_sample_min_height", "tile_sample_min_width",
-                                                           "tile_sample_min_num_frames", "tile_sample_stride_height",
-                                                           "tile_sample_stride_width", "tile_sample_stride_num_frames")})
+    model.enable_tiling(**{k: getattr(tiling, k) for k in TILE_SETTINGS})
     model.use_tiling, model.use_framewise_decoding = tiling.spatial, tiling.temporal
 
 
@@ -315,13 +320,13 @@ def test_temporal_and_spatial_tiles_draw_noise_in_reference_order(v091, monkeypa
 def test_latent_normalisation_matches_pipeline(v095):
     from diffusers.pipelines.ltx.pipeline_ltx import LTXPipeline
 
-    model, cfg, params, _ = v095
+    model, _, params, _ = v095
     z = np.random.default_rng(2).standard_normal((1, 4, 2, 3, 3), dtype=np.float32)
     mean, std = model.latents_mean, model.latents_std
     ref_n = LTXPipeline._normalize_latents(torch.from_numpy(z), mean, std, 0.7).numpy()
     ref_d = LTXPipeline._denormalize_latents(torch.from_numpy(z), mean, std, 0.7).numpy()
-    np.testing.assert_allclose(np.asarray(lv.normalize_latents(params, jnp.asarray(z), 0.7)), ref_n, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(lv.denormalize_latents(params, jnp.asarray(z), 0.7)), ref_d, rtol=1e-6, atol=1e-6)
+    for ours, ref in ((lv.normalize_latents, ref_n), (lv.denormalize_latents, ref_d)):
+        np.testing.assert_allclose(np.asarray(ours(params, jnp.asarray(z), 0.7)), ref, rtol=1e-6, atol=1e-6)
     assert np.abs(ref_n - z).max() > 0.1  # the statistics were randomised: a missed mapping would show
 
 
@@ -340,17 +345,17 @@ def test_decoder_side_loads_alone(v095):
 
 
 # The released configurations, from diffusers' scripts/convert_ltx_to_diffusers.py (0.9.7 and 0.9.8 share 0.9.5's).
-_RELEASED_091_DECODER = dict(decoder_block_out_channels=(256, 512, 1024), decoder_layers_per_block=(5, 6, 7, 8),
-                             decoder_spatio_temporal_scaling=(True, True, True), upsample_residual=(True, True, True),
-                             upsample_factor=(2, 2, 2), timestep_conditioning=True)
+_RELEASED_091_DECODER = {"decoder_block_out_channels": (256, 512, 1024), "decoder_layers_per_block": (5, 6, 7, 8),
+                         "decoder_spatio_temporal_scaling": (True, True, True), "upsample_residual": (True, True, True),
+                         "upsample_factor": (2, 2, 2), "timestep_conditioning": True}
 RELEASED = {
-    "0.9.0": dict(decoder_inject_noise=(False,) * 5),
-    "0.9.1": dict(_RELEASED_091_DECODER, decoder_inject_noise=(True, True, True, False)),
-    "0.9.5": dict(_RELEASED_091_DECODER, decoder_layers_per_block=(5, 5, 5, 5), decoder_inject_noise=(False,) * 4,
-                  block_out_channels=(128, 256, 512, 1024, 2048), down_block_types=("LTXVideo095DownBlock3D",) * 4,
-                  layers_per_block=(4, 6, 6, 2, 2), spatio_temporal_scaling=(True,) * 4,
-                  downsample_type=("spatial", "temporal", "spatiotemporal", "spatiotemporal"),
-                  spatial_compression_ratio=32, temporal_compression_ratio=8),
+    "0.9.0": {"decoder_inject_noise": (False,) * 5},
+    "0.9.1": {**_RELEASED_091_DECODER, "decoder_inject_noise": (True, True, True, False)},
+    "0.9.5": {**_RELEASED_091_DECODER, "decoder_layers_per_block": (5, 5, 5, 5), "decoder_inject_noise": (False,) * 4,
+              "block_out_channels": (128, 256, 512, 1024, 2048), "down_block_types": ("LTXVideo095DownBlock3D",) * 4,
+              "layers_per_block": (4, 6, 6, 2, 2), "spatio_temporal_scaling": (True,) * 4,
+              "downsample_type": ("spatial", "temporal", "spatiotemporal", "spatiotemporal"),
+              "spatial_compression_ratio": 32, "temporal_compression_ratio": 8},
 }
 
 
@@ -387,13 +392,17 @@ def test_config_errors():
         ({"patch_size_t": 2}, "patch_size_t=2 .only 1"),
         ({"latent_channels": "128"}, "latent_channels='128' should be an integer"),
         ({"down_block_types": ["LTXVideoDownBlock3D"] * 3 + ["CogVideoXDownBlock3D"]}, "unsupported down_block_types"),
-        ({"downsample_type": ["spatial", "pixelshuffle", "conv", "conv"], "down_block_types": ["LTXVideo095DownBlock3D"] * 4,
-          "block_out_channels": [128, 256, 512, 512, 512]}, "downsample_type.1.='pixelshuffle'"),
-        ({"timestep_conditioning": True}, "up block 2 changes width 512 -> 256 .a conv_in resnet. with timestep_conditioning"),
-        ({"decoder_layers_per_block": [4, 3, 3, 3]}, "decoder_layers_per_block has 4 entries, a decoder of 4 up blocks and its mid block needs 5"),
+        ({"downsample_type": ["spatial", "pixelshuffle", "conv", "conv"],
+          "block_out_channels": [128, 256, 512, 512, 512], "down_block_types": ["LTXVideo095DownBlock3D"] * 4},
+         "downsample_type.1.='pixelshuffle'"),
+        ({"timestep_conditioning": True},
+         "up block 2 changes width 512 -> 256 .a conv_in resnet. with timestep_conditioning"),
+        ({"decoder_layers_per_block": [4, 3, 3, 3]},
+         "decoder_layers_per_block has 4 entries, a decoder of 4 up blocks and its mid block needs 5"),
         (RELEASED["0.9.5"] | {"spatial_compression_ratio": None},
          r'reference derives 64 .* compresses by 32; set "spatial_compression_ratio": 32'),
-        ({"decoder_spatio_temporal_scaling": [True, True, False, False]}, "the encoder compresses by 32 and the decoder expands by 16"),
+        ({"decoder_spatio_temporal_scaling": [True, True, False, False]},
+         "the encoder compresses by 32 and the decoder expands by 16"),
     ]:
         with pytest.raises(ValueError, match=msg):
             lv.LTXVideoVAEConfig.from_dict({**base, **bad})
@@ -401,25 +410,25 @@ def test_config_errors():
 
 def test_input_errors(v091):
     _, cfg, params, _ = v091
-    z = jnp.zeros((1, 4, 2, 2, 2))
+    z, key = jnp.zeros((1, 4, 2, 2, 2)), jax.random.key(0)
     for call, msg in [
         (lambda: lv.encode(params, cfg, jnp.zeros((1, 4, 9, 32, 32))), r"expected video \(B, 3, T, H, W\)"),
         (lambda: lv.encode(params, cfg, jnp.zeros((1, 3, 8, 32, 32))), "8 frames; .* 8k . 1 frames .*: use 1 or 9"),
-        (lambda: lv.encode(params, cfg, jnp.zeros((1, 3, 9, 40, 32))), "height 40 is not a positive multiple of 16; .* 32 or 48"),
-        (lambda: lv.decode(params, cfg, jnp.zeros((1, 3, 2, 2, 2)), 0.05, key=jax.random.key(0)), r"expected latents \(B, 4,"),
+        (lambda: lv.encode(params, cfg, jnp.zeros((1, 3, 9, 40, 32))), "height 40 is not a .* of 16; .*32 or 48"),
+        (lambda: lv.decode(params, cfg, jnp.zeros((1, 3, 2, 2, 2)), 0.05, key=key), r"expected latents \(B, 4,"),
         (lambda: lv.decode(params, cfg, jnp.zeros((1, 2, 2, 2, 4)), 0.05), "move the channel axis"),
-        (lambda: lv.decode(params, cfg, z, key=jax.random.key(0)), "pass timestep="),
-        (lambda: lv.decode(params, cfg, z, [0.1, 0.2], key=jax.random.key(0)), r"timestep must be a number or \(1,\)"),
+        (lambda: lv.decode(params, cfg, z, key=key), "pass timestep="),
+        (lambda: lv.decode(params, cfg, z, [0.1, 0.2], key=key), r"timestep must be a number or \(1,\)"),
         (lambda: lv.decode(params, cfg, z, 0.05), "pass exactly one of key=jax.random.key"),
-        (lambda: lv.decode(params, cfg, z, 0.05, noise=lv.draw_decoder_noise(cfg, jax.random.key(0), 2, 3)),
+        (lambda: lv.decode(params, cfg, z, 0.05, noise=lv.draw_decoder_noise(cfg, key, 2, 3)),
          r"noise\[0\] has shapes"),
     ]:
         with pytest.raises(ValueError, match=msg):
             call()
 
 
-def test_unconditioned_vae_refuses_timestep_and_noise(tmp_path_factory):
-    _, cfg, params, _ = _make("0.9.0", tmp_path_factory)
+def test_unconditioned_vae_refuses_timestep_and_noise(make):
+    _, cfg, params, _ = make("0.9.0")
     z = jnp.zeros((1, 4, 1, 2, 2))
     with pytest.raises(ValueError, match="no timestep conditioning .*pass timestep=None"):
         lv.decode(params, cfg, z, 0.05)

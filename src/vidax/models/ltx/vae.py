@@ -63,7 +63,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.checkpoint.keymap import KeyMap, Rule, conv, linear as linear_rules, norm
+from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
+from vidax.checkpoint.keymap import linear as linear_rules
 from vidax.core.config_values import config_values
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import conv3d, conv_jit, layer_norm, linear, rms_norm
@@ -157,7 +158,8 @@ class LTXVideoVAEConfig:
             raise ValueError("LTXVideoVAEConfig: unsupported " + "; ".join(problems))
         # The plans check the block structure and every width the reference would fail on.
         enc, dec = _encoder_plan(self), _decoder_plan(self)
-        arch = {"spatial_compression_ratio": (enc.spatial, dec.spatial), "temporal_compression_ratio": (enc.temporal, dec.temporal)}
+        arch = {"spatial_compression_ratio": (enc.spatial, dec.spatial),
+                "temporal_compression_ratio": (enc.temporal, dec.temporal)}
         for name, (e, d) in arch.items():
             if e != d:
                 raise ValueError(f"LTXVideoVAEConfig: the encoder compresses by {e} and the decoder expands by {d} "
@@ -232,7 +234,6 @@ class _EncoderPlan:
     mid_layers: int
     spatial: int  # compression factors of the architecture
     temporal: int
-    blocks: int
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,8 @@ def _encoder_plan(cfg: LTXVideoVAEConfig) -> _EncoderPlan:
             _need(cfg.downsample_type, i + 1, "downsample_type", "the LTXVideo095DownBlock3D blocks")
             down = cfg.downsample_type[i] if scale else None
             if down is not None and down not in DOWNSAMPLE_STRIDES:
-                raise ValueError(f"LTXVideoVAEConfig: downsample_type[{i}]={down!r} (known: {list(DOWNSAMPLE_STRIDES)})")
+                raise ValueError(f"LTXVideoVAEConfig: downsample_type[{i}]={down!r} "
+                                 f"(known: {list(DOWNSAMPLE_STRIDES)})")
             d3, conv_out = down not in (None, "conv"), False
             width = out if d3 else cin
             if d3:
@@ -302,10 +304,10 @@ def _encoder_plan(cfg: LTXVideoVAEConfig) -> _EncoderPlan:
                              f"expects {out} (block_out_channels / downsample_type / spatio_temporal_scaling); the "
                              "reference cannot run this configuration either")
         if down is not None:
-            st, sh, sw = DOWNSAMPLE_STRIDES[down]
+            st, sh, _ = DOWNSAMPLE_STRIDES[down]  # (every type strides H and W alike)
             spatial, temporal = spatial * sh, temporal * st
         stages.append(_DownStage(cin, out, int(cfg.layers_per_block[i]), down, d3, conv_out))
-    return _EncoderPlan(tuple(stages), out, int(cfg.layers_per_block[-1]), spatial, temporal, n)
+    return _EncoderPlan(tuple(stages), out, int(cfg.layers_per_block[-1]), spatial, temporal)
 
 
 @functools.lru_cache(maxsize=32)
@@ -724,7 +726,7 @@ def _encode_program(params: dict, cfg: LTXVideoVAEConfig, video: jax.Array) -> t
 @conv_jit(static_argnames=("cfg",))
 def _decode_program(params: dict, cfg: LTXVideoVAEConfig, z: jax.Array, timestep: jax.Array | None,
                     noise: dict | None) -> jax.Array:
-    b, _, t, h, w = z.shape
+    b = z.shape[0]
     x = jnp.transpose(z, (0, 2, 3, 4, 1)).astype(_decoder_dtype(params))
     y = _decoder(params["decoder"], cfg, x, timestep, noise or {}).astype(_F32)
     p, c = cfg.patch_size, cfg.out_channels
@@ -816,7 +818,8 @@ class _DecoderCalls:
 
     def finish(self):
         if self.noise is not None and self.count != len(self.noise):
-            raise ValueError(f"decode: noise holds {len(self.noise)} decoder calls' noise, this decode made {self.count}")
+            raise ValueError(f"decode: noise holds {len(self.noise)} decoder calls' noise, this decode made "
+                             f"{self.count}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -868,14 +871,16 @@ class LTXVideoTiling:
         for axis, unit in (("height", s), ("width", s), ("frames", t)):
             if q[f"latent_stride_{axis}"] < 1 or q[f"blend_{axis}"] < 0:
                 name = "num_frames" if axis == "frames" else axis
+                stride, size = getattr(self, f"tile_sample_stride_{name}"), getattr(self, f"tile_sample_min_{name}")
                 raise ValueError(f"LTXVideoTiling: tile_sample_stride_{name} must be at least {unit} (one latent "
                                  f"{'frame' if axis == 'frames' else 'pixel'}) and at most tile_sample_min_{name}; got "
-                                 f"{getattr(self, f'tile_sample_stride_{name}')} and {getattr(self, f'tile_sample_min_{name}')}")
+                                 f"{stride} and {size}")
         return q
 
 
 def _blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
-    """``blend_t`` (axis 2) / ``blend_v`` (3) / ``blend_h`` (4): ``b``'s first ``extent`` slices fade in from ``a``'s last."""
+    """``blend_t`` (axis 2) / ``blend_v`` (3) / ``blend_h`` (4): ``b``'s first ``extent`` slices fade in from
+    ``a``'s last."""
     extent = min(a.shape[axis], b.shape[axis], extent)
     if extent <= 0:
         return b
