@@ -434,3 +434,31 @@ def test_unconditioned_vae_refuses_timestep_and_noise(make):
         lv.decode(params, cfg, z, 0.05)
     with pytest.raises(ValueError, match="injects none"):
         lv.decode(params, cfg, z, noise={})
+
+
+# -- last: clears JAX's caches ------------------------------------------------------------------------
+
+
+def test_accelerator_convolution_path(make, monkeypatch):
+    """``core.layers.conv3d`` runs one 3D convolution off CPU (cuDNN, TPU) and a tap loop on CPU; the edge-frame
+    padding (zero padding plus edge corrections) must hold on both. The accelerator branch, traced on CPU:"""
+    model, cfg, params, _ = make("0.9.0")  # causal strided encoder convolutions, non-causal decoder
+    x = np.random.default_rng(5).uniform(-1, 1, (1, 3, 9, 32, 32)).astype(np.float32)
+    z = np.random.default_rng(6).standard_normal((1, 4, 2, 2, 2), dtype=np.float32)
+    with torch.no_grad():
+        mean_ref = model.encode(torch.from_numpy(x)).latent_dist.mean.numpy()
+    video_ref = _reference_decode(model, z, None)
+    # Traces are cached per function across jit objects: clear them so the programs are traced afresh under the
+    # patch (and so the patched traces serve no later test).
+    jax.clear_caches()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(jax, "default_backend", lambda: "gpu")
+            text = lv._decode_program.lower(params, cfg, jnp.asarray(z), None, None).as_text()
+            assert text.count("stablehlo.while") == 5  # the 5 scans over resnets, no convolution tap loops
+            mean = lv.encode(params, cfg, jnp.asarray(x))[0]
+            video = lv.decode(params, cfg, jnp.asarray(z))
+    finally:
+        jax.clear_caches()
+    assert _rel(mean, mean_ref) < 1e-5
+    assert _rel(video, video_ref) < 1e-5
