@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
 from vidax.models.ltx import step as ltx_step
+from vidax.models.ltx.conditioning import (Draws, LTXVideoCondition, condition_latents, condition_pixels, grid_pixels,
+                                           image_to_video_latents)
 from vidax.models.ltx import vae as lvae
 from vidax.models.ltx.config import LTXVideoTransformerConfig
 from vidax.models.ltx.layout import resolve_checkpoint
@@ -189,6 +192,9 @@ class LTXPipeline:
         self.offload_overlap = offload_overlap
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
+        # The VAE's encoder side (image conditioning): from_pretrained loads it on first use.
+        encoder = {k: vae_params[k] for k in lvae.ENCODER_PARTS if k in vae_params}
+        self.vae_encoder = OnDemand(lambda: encoder, encoder if "encoder" in encoder else None)
         self.text_cfg = text_cfg
         self.text_encoder = OnDemand(lambda: text_params, text_params)
         self.tokenizer = tokenizer
@@ -261,9 +267,12 @@ class LTXPipeline:
         tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), specs, jnp.dtype(dtype),
                               source=str(ckpt.part("transformer")), shardings=block_placement(plan, mesh, LTX_RULES))
         tparams, chunks = split_blocks(tparams, specs, plan, mesh, LTX_RULES)
-        # Text-to-video decodes only: the VAE's encoder side is not read.
-        vparams = load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), lvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
-                              source=str(ckpt.part("vae")), parts=lvae.DECODER_PARTS)
+        def load_vae(parts):
+            return load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), lvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
+                               source=str(ckpt.part("vae")), parts=parts)
+
+        # The encoder side is read at the first conditioning image; text-to-video never reads it.
+        vparams = load_vae(lvae.DECODER_PARTS)
 
         def load_text_encoder():
             reader = ckpt.reader("text_encoder")
@@ -275,6 +284,7 @@ class LTXPipeline:
         pipe = cls(ckpt.folder, ckpt.pipeline_class, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer,
                    ckpt.scheduler_config(), attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_resident(text_encoder_residency))
+        pipe.vae_encoder = OnDemand(lambda: load_vae(lvae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
@@ -321,39 +331,53 @@ class LTXPipeline:
         sigmas = np.linspace(1.0, 1 / num_inference_steps, num_inference_steps)
         return scheduler, scheduler.set_timesteps(num_inference_steps, sigmas=sigmas, mu=mu)
 
-    def rope(self, grid: tuple[int, int, int], frame_rate: float) -> tuple[np.ndarray, np.ndarray]:
-        """RoPE tables for the latent ``grid`` (module docstring, step 4)."""
+    def rope(self, grid: tuple[int, int, int], frame_rate: float,
+             pixel_coords: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """RoPE tables for the latent ``grid`` (module docstring, step 4), or for the condition pipeline's tokens at
+        ``pixel_coords`` ``(S, 3)`` (extra condition tokens included)."""
         cfg, s, t = self.transformer_cfg, self.vae_cfg.spatial_compression, self.vae_cfg.temporal_compression
         if not self.condition_semantics:
             return rope_tables(cfg, grid_coords(cfg, grid, (t / frame_rate, s, s)))
-        f, h, w = np.meshgrid(*(np.arange(n) for n in grid), indexing="ij")
-        pixels = np.stack([np.maximum(f * t + 1 - t, 0), h * s, w * s], axis=-1).reshape(-1, 3)
+        pixels = grid_pixels(grid, s, t) if pixel_coords is None else pixel_coords
         return rope_tables(cfg, video_coords(pixels, frame_rate))
 
+    def encode_condition(self, pixels: np.ndarray, noise_fn) -> jax.Array:
+        """A condition's latents, as the references make them: the VAE posterior *sampled*
+        (``latent_dist.sample``: ``mean + exp(logvar / 2) * noise``), then normalised with the latent statistics.
+
+        Args:
+          pixels: float32 ``(1, 3, T, H, W)`` in ``[-1, 1]`` (:func:`~vidax.models.ltx.conditioning.condition_pixels`).
+          noise_fn: ``shape -> noise`` of the posterior sample.
+
+        Returns:
+          float32 normalised latents ``(1, C, (T - 1) / 8 + 1, H / 32, W / 32)``.
+        """
+        params = self.vae_encoder.get()
+        mean, logvar = lvae.encode(params, self.vae_cfg, jnp.asarray(pixels))
+        z = mean + jnp.exp(0.5 * logvar) * noise_fn(mean.shape)
+        return lvae.normalize_latents(params, z)
+
     def decode_latents(self, latents: jax.Array, decode_timestep: float, decode_noise_scale: float | None,
-                       key: jax.Array, decode_noise: np.ndarray | None = None, decoder_noise=None,
-                       tiling: lvae.LTXVideoTiling | None = None) -> np.ndarray:
+                       draws: Draws, decoder_noise=None, tiling: lvae.LTXVideoTiling | None = None) -> np.ndarray:
         """``(B, 128, F', h, w)`` normalised latents -> float32 video ``(B, F, H, W, 3)`` in ``[0, 1]``.
 
         Args:
           decode_timestep, decode_noise_scale: see :meth:`__call__` (used by timestep-conditioned VAEs only).
-          key: PRNG key of the decode noise and of the decoder's noise injection (0.9.1's VAE).
-          decode_noise: the noise mixed into the latents, latents' shape, instead of drawing it from ``key``.
+          draws: the call's random draws (``"decode"``: the noise mixed into the latents; the 0.9.1 decoder's
+            injected noise comes from the same key).
           decoder_noise: the decoder's injected noise per call (:func:`vidax.models.ltx.vae.decode`'s ``noise``)
-            instead of drawing it from ``key``.
+            instead of drawing it.
           tiling: decode in tiles (:class:`vidax.models.ltx.vae.LTXVideoTiling`), or None.
         """
         z = lvae.denormalize_latents(self.vae_params, jnp.asarray(latents, jnp.float32), self.vae_cfg.scaling_factor)
         timestep = None
-        noise_key, decoder_key = jax.random.split(key)
         if self.vae_cfg.timestep_conditioning:
             scale = decode_timestep if decode_noise_scale is None else decode_noise_scale
-            noise = (jax.random.normal(noise_key, z.shape, jnp.float32) if decode_noise is None
-                     else jnp.asarray(decode_noise, jnp.float32))
-            z = (1 - scale) * z + scale * noise
+            z = (1 - scale) * z + scale * draws("decode", 0, z.shape)
             timestep = jnp.full((z.shape[0],), decode_timestep, jnp.float32)
-        video = lvae.decode(self.vae_params, self.vae_cfg, z, timestep=timestep,
-                            key=None if decoder_noise is not None else decoder_key, noise=decoder_noise, tiling=tiling)
+        key = None if decoder_noise is not None else draws.key("decode", 1)
+        video = lvae.decode(self.vae_params, self.vae_cfg, z, timestep=timestep, key=key, noise=decoder_noise,
+                            tiling=tiling)
         video = np.asarray(video, np.float32)
         check_finite_video(video)
         return np.clip(video.transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0.0, 1.0)
@@ -363,6 +387,8 @@ class LTXPipeline:
         prompt: str | list[str],
         negative_prompt: str | list[str] | None = None,
         *,
+        image: Any = None,
+        conditions: list[LTXVideoCondition] | None = None,
         height: int = 512,
         width: int = 704,
         num_frames: int = 161,
@@ -371,23 +397,29 @@ class LTXPipeline:
         timesteps: list[float] | np.ndarray | None = None,
         guidance_scale: float = 3.0,
         guidance_rescale: float = 0.0,
+        image_cond_noise_scale: float = 0.15,
         decode_timestep: float = 0.0,
         decode_noise_scale: float | None = None,
         max_sequence_length: int | None = None,
         seed: int = 0,
         latents: np.ndarray | None = None,
         decode_noise: np.ndarray | None = None,
+        noise: Callable[[str, int, tuple], Any] | None = None,
         decoder_noise=None,
         vae_tiling: lvae.LTXVideoTiling | bool | None = None,
         output_type: str = "uint8",
         progress: bool = True,
     ) -> LTXOutput:
-        """Generate videos.
+        """Generate videos, from text alone or conditioned on images / videos (:mod:`vidax.models.ltx.conditioning`).
 
         Args:
           prompt: one prompt or a list (batch).
           negative_prompt: for classifier-free guidance; default "" (as diffusers).
-          height, width: pixels, multiples of 32 (704 x 1216 for the paper's presets).
+          image: a first frame (path, ``PIL.Image`` or uint8 array): image-to-video, as ``LTXImageToVideoPipeline``
+            (``LTXPipeline`` folders) or ``LTXConditionPipeline`` with one condition at frame 0, strength 1.
+          conditions: ``LTXConditionPipeline`` folders only: :class:`~vidax.models.ltx.conditioning.LTXVideoCondition`
+            items (images or videos at frame indices, with strengths).
+          height, width: pixels, multiples of 32 (704 x 1216 for the paper's presets); conditions are resized to it.
           num_frames: ``8k + 1`` frames (121, 161).
           frame_rate: frames per second of the video (scales the RoPE time axis; the output's ``fps``).
           num_inference_steps: sampler steps (ignored when ``timesteps`` are given: their count).
@@ -395,12 +427,16 @@ class LTXPipeline:
             schedule (module docstring, step 3).
           guidance_scale: CFG scale; guidance is off at 1.0 or below (the distilled models run at 1.0).
           guidance_rescale: rescale factor in ``[0, 1]`` (0.7 for the dev models' presets); 0: off.
+          image_cond_noise_scale: the condition pipeline's per-step noise on fully conditioned tokens, times
+            ``(t / 1000)^2`` (0: off).
           decode_timestep: the timestep-conditioned VAE's decode timestep (0.05 for 0.9.8).
           decode_noise_scale: noise mixed into the latents before decoding (default: ``decode_timestep``).
           max_sequence_length: T5 tokens (default 128, or 256 for the condition pipeline's checkpoints).
-          seed: PRNG seed of the initial noise and the decode noise.
-          latents: explicit initial latents float32 ``(B, 128, F', H/32, W/32)`` instead of noise.
-          decode_noise: explicit decode noise, the latents' shape (reproducing another implementation's draw).
+          seed: PRNG seed of every random draw (initial noise, posterior samples, conditioning and decode noise).
+          latents: explicit initial noise float32 ``(B, 128, F', H/32, W/32)`` instead of drawing it.
+          decode_noise: explicit decode noise, the latents' shape.
+          noise: ``(purpose, index, shape) -> array or None`` replacing any random draw
+            (:class:`~vidax.models.ltx.conditioning.Draws`; reproducing another implementation's noise).
           decoder_noise: explicit noise of the 0.9.1 VAE decoder's injection (see :meth:`decode_latents`).
           vae_tiling: decode in tiles: True (the reference's ``enable_tiling()`` defaults), a
             :class:`~vidax.models.ltx.vae.LTXVideoTiling`, or None/False (untiled).
@@ -413,7 +449,8 @@ class LTXPipeline:
         Raises:
           ValueError: invalid sizes or frame rate (:func:`check_inputs`), mismatched prompt batches or latents, a
             seed outside ``[0, 2**32)``, a non-finite guidance scale, a guidance rescale outside ``[0, 1]``, bad
-            timesteps, an unknown output type.
+            timesteps, an unknown output type, bad conditions (frame index, strength, image) or conditions an
+            ``LTXPipeline`` folder cannot take.
         """
         tcfg, vcfg = self.transformer_cfg, self.vae_cfg
         check_inputs(vcfg, height, width, num_frames, frame_rate)
@@ -423,6 +460,8 @@ class LTXPipeline:
         guidance_rescale = check_guidance(guidance_rescale, "guidance_rescale")
         if not 0.0 <= guidance_rescale <= 1.0:
             raise ValueError(f"guidance_rescale={guidance_rescale} must be in [0, 1] (0.7 for the dev models; 0: off)")
+        image_cond_noise_scale = check_guidance(image_cond_noise_scale, "image_cond_noise_scale")
+        conds = self._conditions(image, conditions)
         prompts, negatives = prompt_batch(prompt, negative_prompt)
         grid = latent_grid(vcfg, height, width, num_frames)
         b = len(prompts)
@@ -442,32 +481,62 @@ class LTXPipeline:
         jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
-        scheduler, state = self.schedule(num_inference_steps, timesteps, int(np.prod(grid)))
-        latent_key, decode_key = jax.random.split(jax.random.key(seed))
-        noise = jax.random.normal(latent_key, shape, jnp.float32) if latents is None else jnp.asarray(latents, jnp.float32)
-        x = pack_latents(noise)
-        cos, sin = self.rope(grid, frame_rate)
+        explicit = {"latents": latents, "decode": decode_noise}
+
+        def override(purpose, index, shape):
+            if explicit.get(purpose) is not None:
+                return explicit[purpose]
+            return None if noise is None else noise(purpose, index, shape)
+
+        draws = Draws(jax.random.key(seed), override)
+        s_count = int(np.prod(grid))
+        scheduler, state = self.schedule(num_inference_steps, timesteps, s_count)
+        x0, mask, cos, sin, n_extra = self._initial_latents(conds, shape, draws, height, width, num_frames, frame_rate,
+                                                           metrics)
         metrics.update(parallel_metrics(self.mesh, self.rules, tcfg.num_attention_heads, self.attention))
         vae_device = first_device(self.vae_params)
-        x, cos, sin, lengths = to_mesh((x, jnp.asarray(cos), jnp.asarray(sin), lengths), self.mesh, self.rules)
+        x, cos, sin, lengths, mask = to_mesh((x0, jnp.asarray(cos), jnp.asarray(sin), lengths, mask), self.mesh,
+                                             self.rules)
+        init = x if mask is not None and self.condition_semantics else None
         context = to_mesh(context, self.mesh, self.rules, split_batch=True)
         g, gr = to_mesh((jnp.float32(guidance_scale), jnp.float32(guidance_rescale)), self.mesh, self.rules)
 
         with mesh_context(self.mesh):
             t0 = time.perf_counter()
-            tb0 = to_mesh(jnp.zeros((b,), jnp.float32), self.mesh, self.rules)
+            t_shape = (b,) if mask is None else (b, x.shape[1])
+            tb0 = to_mesh(jnp.zeros(t_shape, jnp.float32), self.mesh, self.rules)
             compiled = self.compile_step(x, tb0, context, lengths, cos, sin, g, gr, guided=guided, rescale=rescale)
             metrics["compile_s"] = time.perf_counter() - t0
             metrics["block_loop"] = self.block_loop
             step_times = []
             for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
                 ts = time.perf_counter()
-                tb = to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32), self.mesh, self.rules)
-                pred = compiled(self.transformer_params, x, tb, context, lengths, cos, sin, g, gr)
-                if self.condition_semantics:
-                    x, state = scheduler.step(state, -pred, x, i, per_token_timesteps=tb[:, None])
+                t = jnp.float32(state.timesteps[i])
+                if init is not None and image_cond_noise_scale > 0:
+                    # Fresh noise on fully conditioned tokens, growing with the noise level (motion continuity).
+                    fresh = to_mesh(draws("image_cond", i, x.shape), self.mesh, self.rules)
+                    held = (mask > 1.0 - 1e-6)[..., None]
+                    tt = t / 1000.0
+                    x = jnp.where(held, init + (image_cond_noise_scale * fresh) * (tt * tt), x)
+                tb = jnp.full((b,), t, jnp.float32)
+                if mask is None:
+                    per_token = None
+                elif self.condition_semantics:
+                    per_token = jnp.minimum(tb[:, None], (1.0 - mask) * 1000.0)
                 else:
-                    x, state = scheduler.step(state, pred, x, i)
+                    per_token = tb[:, None] * (1.0 - mask)
+                tm = to_mesh(tb if per_token is None else per_token, self.mesh, self.rules)
+                pred = compiled(self.transformer_params, x, tm, context, lengths, cos, sin, g, gr)
+                if self.condition_semantics:
+                    stepped, state = scheduler.step(state, -pred, x, i,
+                                                    per_token_timesteps=tb[:, None] if per_token is None else tm)
+                    if mask is not None:  # tokens stop moving once t falls to their conditioning strength
+                        stepped = jnp.where((t / 1000.0 - 1e-6 < (1.0 - mask))[..., None], stepped, x)
+                else:
+                    stepped, state = scheduler.step(state, pred, x, i)
+                    if mask is not None:  # the image frame is never stepped
+                        stepped = jnp.where((mask > 0)[..., None], x, stepped)
+                x = stepped
                 jax.block_until_ready(x)
                 step_times.append(time.perf_counter() - ts)
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
@@ -476,15 +545,53 @@ class LTXPipeline:
         t0 = time.perf_counter()
         if self.mesh is not None:
             x = jax.device_put(x, vae_device)  # the VAE runs on one device
-        final = unpack_latents(x, grid)
+        final = unpack_latents(x[:, n_extra:], grid)
         tiling = lvae.LTXVideoTiling() if vae_tiling is True else (vae_tiling or None)
-        frames = self.decode_latents(final, decode_timestep, decode_noise_scale, decode_key, decode_noise,
-                                     decoder_noise, tiling)
+        frames = self.decode_latents(final, decode_timestep, decode_noise_scale, draws, decoder_noise, tiling)
         metrics["vae_decode_s"] = time.perf_counter() - t0
         if output_type == "uint8":
             frames = np.round(frames * 255.0).astype(np.uint8)
         metrics.update(peak_memory_metrics())
         return LTXOutput(frames=frames, latents=np.asarray(final), fps=float(frame_rate), metrics=metrics)
+
+    def _conditions(self, image, conditions) -> list[LTXVideoCondition]:
+        """The call's conditions (``image`` is one at frame 0, strength 1), checked against the folder's semantics."""
+        if image is not None and conditions:
+            raise ValueError("pass either image (a first frame) or conditions, not both")
+        conds = list(conditions or []) + ([LTXVideoCondition(image=image)] if image is not None else [])
+        if not all(isinstance(c, LTXVideoCondition) for c in conds):
+            raise ValueError("conditions must be LTXVideoCondition items (vidax.models.ltx.conditioning)")
+        if conds and not self.condition_semantics and (len(conds) > 1 or conds[0].image is None
+                                                       or conds[0].frame_index != 0 or conds[0].strength != 1.0):
+            raise ValueError(f"{self.folder}: an {self.pipeline_class} checkpoint conditions on one image at frame 0 "
+                             "(image=...); conditions at other frames, videos and strengths need an "
+                             "LTXConditionPipeline checkpoint (LTX-Video 0.9.5+)")
+        return conds
+
+    def _initial_latents(self, conds, shape, draws: Draws, height, width, num_frames, frame_rate, metrics):
+        """The sampler's starting tokens, conditioning mask (None: text only), RoPE tables and extra token count."""
+        grid = shape[2:]
+        s, t = self.vae_cfg.spatial_compression, self.vae_cfg.temporal_compression
+        pixels = [condition_pixels(c, height, width, num_frames, t) for c in conds]  # checks before any compute
+        if not conds:
+            x = pack_latents(draws("latents", 0, shape))
+            cos, sin = self.rope(grid, frame_rate)
+            return x, None, cos, sin, 0
+        t0 = time.perf_counter()
+        if not self.condition_semantics:  # LTXImageToVideoPipeline: posterior first, then the noise
+            z = self.encode_condition(pixels[0], lambda sh: draws("posterior", 0, sh))
+            latents, frame_mask = image_to_video_latents(draws("latents", 0, shape), z)
+            metrics["vae_encode_s"] = time.perf_counter() - t0
+            mask = jnp.broadcast_to(jnp.repeat(frame_mask, grid[1] * grid[2])[None], (shape[0], int(np.prod(grid))))
+            cos, sin = self.rope(grid, frame_rate)
+            return pack_latents(latents), mask, cos, sin, 0
+        noise = draws("latents", 0, shape)  # LTXConditionPipeline: the noise first, then each condition
+        items = [(c, px.shape[2], self.encode_condition(px, lambda sh, k=k: draws("posterior", k, sh)))
+                 for k, (c, px) in enumerate(zip(conds, pixels))]
+        out = condition_latents(noise, items, draws, s, t)
+        metrics["vae_encode_s"] = time.perf_counter() - t0
+        cos, sin = self.rope(grid, frame_rate, out.pixel_coords)
+        return out.tokens, out.mask, cos, sin, out.n_extra
 
     @property
     def block_loop(self) -> str:

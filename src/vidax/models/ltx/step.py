@@ -71,12 +71,13 @@ def cfg_step(params, latents, timestep, context, context_lengths, cos, sin, guid
     return _guide(out, guidance_scale, guidance_rescale, guided=guided, rescale=rescale, mesh=mesh)
 
 
-def io_shardings(mesh: Mesh | None, rules: ShardingRules = LTX_RULES) -> dict:
-    """The sharding of each block input: :func:`~vidax.models.ltx.transformer.block_io_specs` on a mesh, else the
-    first local device (committed, so every block call hits one compilation)."""
+def io_shardings(mesh: Mesh | None, rules: ShardingRules = LTX_RULES, per_token: bool = False) -> dict:
+    """The sharding of each block input: :func:`~vidax.models.ltx.transformer.block_io_specs` on a mesh (per-token
+    modulation split over ``sequence`` with the tokens), else the first local device (committed, so every block call
+    hits one compilation)."""
     if mesh is None:
         return {k: device_sharding(None) for k in _NAMES}
-    return {k: NamedSharding(mesh, v) for k, v in block_io_specs(rules).items()}
+    return {k: NamedSharding(mesh, v) for k, v in block_io_specs(rules, per_token).items()}
 
 
 def _prologue(params, latents, timestep, context, context_lengths, cos, sin, *, cfg, guided, mesh, rules):
@@ -93,7 +94,7 @@ def _epilogue(params, x, emb, guidance_scale, guidance_rescale, *, tokens, guide
 
 @lru_cache(maxsize=64)
 def chunk_function(cfg: LTXVideoTransformerConfig, attention_impl: AttentionImpl | str, mesh: Mesh | None,
-                   rules: ShardingRules = LTX_RULES, valid_tokens: int | None = None):
+                   rules: ShardingRules = LTX_RULES, valid_tokens: int | None = None, per_token: bool = False):
     """The one compiled block program: ``fn(chunk, x, context, context_lengths, temb6, cos, sin) -> x`` (``x`` donated).
 
     The traced function is named ``_ltx_block_chunk`` (what compile-event listeners see).
@@ -104,7 +105,7 @@ def chunk_function(cfg: LTXVideoTransformerConfig, attention_impl: AttentionImpl
         return run_blocks(blocks, x, context, context_lengths, temb6, cos, sin, cfg=cfg, attention_impl=impl,
                           mesh=mesh, rules=rules, valid_tokens=valid_tokens)
 
-    io = io_shardings(mesh, rules)
+    io = io_shardings(mesh, rules, per_token)
     if mesh is None:
         return jax.jit(_ltx_block_chunk, donate_argnums=1, out_shardings=io["x"])
     blocks = rules.param_shardings(transformer_specs(cfg), mesh)["blocks"]
@@ -128,7 +129,8 @@ def compile_step(params: dict, stack: OffloadedStack, latents, timestep, context
       ``step(params, latents, timestep, context, context_lengths, cos, sin, guidance_scale, guidance_rescale) ->
       prediction``, the contract of the compiled :func:`cfg_step`.
     """
-    io = io_shardings(mesh, rules)
+    per_token = timestep.ndim == 2  # (B, S) timesteps: conditioning tokens at their own noise level
+    io = io_shardings(mesh, rules, per_token)
     # context_lengths stays as given (replicated or per data shard); the others as the blocks' shard_map takes them.
     pro = jax.jit(partial(_prologue, cfg=cfg, guided=guided, mesh=mesh, rules=rules),
                   out_shardings=tuple(io[n] for n in _NAMES) + (None,))
@@ -136,9 +138,10 @@ def compile_step(params: dict, stack: OffloadedStack, latents, timestep, context
     pro_c = pro.lower(*inputs).compile()
     outs = jax.eval_shape(pro, *inputs)
     ab = {n: jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=io[n]) for n, o in zip(_NAMES, outs)}
-    emb = outs[-1]
+    # The head's timestep embedding: as the compiled prologue places it (its sharding is XLA's choice).
+    emb = jax.ShapeDtypeStruct(outs[-1].shape, outs[-1].dtype, sharding=pro_c.output_shardings[-1])
     tokens = latents.shape[1]
-    run = chunk_function(cfg, attention, mesh, rules, tokens)
+    run = chunk_function(cfg, attention, mesh, rules, tokens, per_token)
     chunk_c = run.lower(stack.abstract_chunk(), *(ab[n] for n in _NAMES)).compile()
     epi = jax.jit(partial(_epilogue, tokens=tokens, guided=guided, rescale=rescale, mesh=mesh))
     epi_c = epi.lower(params, ab["x"], emb, guidance_scale, guidance_rescale).compile()

@@ -42,7 +42,6 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -63,57 +62,15 @@ from vidax.models.wan.layout import resolve_checkpoint
 from vidax.models.wan.pipeline import WanOutput, WanPipeline, compile_offloaded, load_transformer
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, forward_prologue, rope_tables, transformer_specs
+from vidax.core.images import ImageError, load_image, vae_pixels  # noqa: F401 (ImageError, load_image: re-exported)
 from vidax.video import frames_from_video, peak_memory_metrics
 
-#: Smallest image side accepted as a conditioning frame, in pixels.
-MIN_IMAGE_SIDE = 16
 #: Output area when neither a size nor ``max_area`` is given (480 x 832, the 480p presets).
 DEFAULT_MAX_AREA = 480 * 832
 TEMPORAL = 4  # VAE temporal compression of every Wan VAE
 
 
-class ImageError(ValueError):
-    """A conditioning image is missing, unreadable or too small."""
-
-
 # --------------------------------------------------------------------------- images
-
-
-def load_image(image: Any, what: str = "image"):
-    """A conditioning image as a decoded ``PIL.Image`` (mode kept; converted where used).
-
-    Args:
-      image: a path (str / PathLike), a ``PIL.Image``, or a uint8 array ``(H, W, 3)`` / ``(H, W, 4)`` / ``(H, W)``.
-      what: name used in messages (``"image"``, ``"last image"``).
-
-    Raises:
-      ImageError: the file does not exist or is not a readable image, or a side is below
-        :data:`MIN_IMAGE_SIDE` pixels (a ValueError; the CLI prints it).
-      TypeError: another input type.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    if isinstance(image, (str, os.PathLike)):
-        path = Path(image)
-        if not path.is_file():
-            raise ImageError(f"{what} {path}: file not found")
-        try:
-            with Image.open(path) as f:
-                f.load()
-                img = f.copy()
-        except (UnidentifiedImageError, OSError, SyntaxError) as e:
-            raise ImageError(f"{what} {path}: not a readable image ({type(e).__name__}: {e})") from e
-    elif isinstance(image, Image.Image):
-        img = image
-    elif isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or not (image.ndim == 2 or (image.ndim == 3 and image.shape[-1] in (3, 4))):
-            raise ImageError(f"{what}: arrays must be uint8 (H, W, 3), (H, W, 4) or (H, W); got {image.dtype} {image.shape}")
-        img = Image.fromarray(image)
-    else:
-        raise TypeError(f"{what}: expected a path, a PIL image or a uint8 array, got {type(image).__name__}")
-    if min(img.size) < MIN_IMAGE_SIDE:
-        raise ImageError(f"{what} is {img.width}x{img.height} pixels; at least {MIN_IMAGE_SIDE} pixels per side are needed")
-    return img
 
 
 def size_for_image(image_height: int, image_width: int, max_area: int, multiple: int) -> tuple[int, int]:
@@ -133,22 +90,6 @@ def size_for_image(image_height: int, image_width: int, max_area: int, multiple:
         raise ImageError(f"an image of {image_width}x{image_height} at max area {max_area} gives a {width}x{height} "
                          f"video; each side must be at least {multiple} pixels")
     return int(height), int(width)
-
-
-def vae_pixels(image, height: int, width: int) -> np.ndarray:
-    """An image as the VAE's input frame (diffusers ``VideoProcessor.preprocess``).
-
-    PIL resize to ``(width, height)`` with Lanczos, then ``convert("RGB")``, ``/ 255`` in float32,
-    ``2x - 1``.
-
-    Returns:
-      float32 ``(3, height, width)`` in ``[-1, 1]``.
-    """
-    from PIL import Image
-
-    img = image.resize((width, height), resample=Image.Resampling.LANCZOS).convert("RGB")
-    x = np.asarray(img).astype(np.float32) / 255.0
-    return np.ascontiguousarray((2.0 * x - 1.0).transpose(2, 0, 1))
 
 
 def frame_mask(num_frames: int, latent_h: int, latent_w: int, last_frame: bool) -> np.ndarray:
