@@ -70,7 +70,8 @@ def test_convert_inspect_and_generate_from_the_converted_folder(ckpt, tmp_path, 
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--image", "x.png"], "image conditioning is not implemented"),
+    (["--image", "missing.png"], "--image missing.png: file not found"),
+    (["--last-image", "x.png"], "--last-image needs --image"),
     (["--sampler", "unipc"], "not an LTX-Video sampler"),
     (["--num-frames", "20"], "num_frames=20 must be of the form 8k+1"),
     (["--height", "70"], "height=70 must be a positive multiple of 32"),
@@ -87,3 +88,25 @@ def test_timesteps_flag_is_checked_by_argparse(ckpt, tmp_path, capsys):
         main(["generate", "--checkpoint", str(ckpt), "--prompt", "a", "--timesteps", "1000,nan", "--out",
               str(tmp_path / "x.mp4")])
     assert e.value.code == 2 and "comma-separated numbers in [0, 1000]" in capsys.readouterr().err
+
+
+def test_first_and_last_frame(ckpt, tmp_path, monkeypatch):
+    """--image and --last-image become conditions at frames 0 and num_frames - 1 (LTXConditionPipeline folders)."""
+    from PIL import Image
+
+    seen = {}
+    call = LTXPipeline.__call__
+
+    def record(self, prompt, negative_prompt=None, **kw):
+        seen.update(kw)
+        return call(self, prompt, negative_prompt, **kw)
+
+    monkeypatch.setattr(LTXPipeline, "__call__", record)
+    for name, value in (("first.png", 40), ("last.png", 200)):
+        Image.fromarray(np.full((50, 70, 3), value, np.uint8)).save(tmp_path / name)
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "a fox", "--steps", "2", *SIZE, "--image",
+                 str(tmp_path / "first.png"), "--last-image", str(tmp_path / "last.png"), "--out",
+                 str(tmp_path / "flf.mp4")]) == 0
+    first, last = seen["conditions"]
+    assert (first.frame_index, last.frame_index) == (0, 16) and first.strength == last.strength == 1.0
+    assert read_video(tmp_path / "flf.mp4")[0].shape == (17, 64, 96, 3)

@@ -85,8 +85,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="Wan (diffusers layout or the original release), CogVideoX or LTX-Video checkpoint folder")
     g.add_argument("--prompt", required=True)
     g.add_argument("--negative-prompt", default=None, help="default: the Wan reference negative prompt")
-    g.add_argument("--image", default=None, help="first frame (image-to-video checkpoints: Wan2.1 I2V/FLF2V, Wan2.2)")
-    g.add_argument("--last-image", default=None, help="last frame (first-last-frame: Wan2.1 FLF2V, Wan2.2 I2V A14B)")
+    g.add_argument("--image", default=None,
+                   help="first frame (image-to-video: Wan2.1 I2V/FLF2V, Wan2.2, LTX-Video)")
+    g.add_argument("--last-image", default=None,
+                   help="last frame (first-last-frame: Wan2.1 FLF2V, Wan2.2 I2V A14B, LTX-Video 0.9.5+)")
     g.add_argument("--max-area", type=int, default=None,
                    help="with --image and no --height/--width: output pixels (the image's aspect ratio is kept)")
     g.add_argument("--guidance-scale-2", type=_finite_float, default=None,
@@ -331,11 +333,13 @@ def _is_ltx(args) -> bool:
 
 
 def generate_ltx(args) -> int:
-    """``vidax generate`` for an LTX-Video text-to-video folder (presets ``ltx-video-*``)."""
-    from vidax.models.ltx.pipeline import LTXPipeline
+    """``vidax generate`` for an LTX-Video folder (presets ``ltx-video-*``): text-to-video, or with ``--image`` (the
+    first frame) and ``--last-image`` (the last frame, ``LTXConditionPipeline`` folders) image-to-video."""
+    from vidax.core.images import load_image
+    from vidax.models.ltx.conditioning import LTXVideoCondition
+    from vidax.models.ltx.pipeline import LTXPipeline, check_inputs
+    from vidax.models.ltx.vae import LTXVideoVAEConfig
 
-    if args.image or args.last_image:
-        raise ValueError("vidax generate runs LTX-Video text-to-video; image conditioning is not implemented yet")
     if args.sampler not in (None, "euler"):
         raise ValueError(f"--sampler {args.sampler} is not an LTX-Video sampler; LTX-Video samples with euler")
     pr = _ltx_presets().get(args.preset)
@@ -355,13 +359,18 @@ def generate_ltx(args) -> int:
         decode_timestep=pick(args.decode_timestep, pr and pr.decode_timestep, 0.0),
         decode_noise_scale=pick(args.decode_noise_scale, pr and pr.decode_noise_scale, None),
     )
-    from vidax.models.ltx.pipeline import check_inputs
-    from vidax.models.ltx.vae import LTXVideoVAEConfig
-
-    # Size checks before anything is loaded (every released LTX-Video VAE compresses 32x space, 8x time).
+    # Checks before anything is loaded (every released LTX-Video VAE compresses 32x space, 8x time).
     check_inputs(LTXVideoVAEConfig(), height, width, num_frames, frame_rate)
     if timesteps is not None and args.steps is not None and args.steps != len(timesteps):
         raise ValueError(f"--steps {args.steps} and {len(timesteps)} timesteps disagree; pass one of them")
+    if args.last_image and not args.image:
+        raise ValueError("--last-image needs --image (the first frame) as well")
+    image = load_image(args.image, "--image") if args.image else None
+    last = load_image(args.last_image, "--last-image") if args.last_image else None
+    if last is not None:
+        settings["conditions"] = [LTXVideoCondition(image=image), LTXVideoCondition(image=last, frame_index=num_frames - 1)]
+    elif image is not None:
+        settings["image"] = image
     out = check_outputs(args)
     t0 = time.perf_counter()
     pipe = LTXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
@@ -374,8 +383,8 @@ def generate_ltx(args) -> int:
              steps=steps, out=str(out))
     if write_outputs(result.frames[0], m, out, args.metrics_json, frame_rate):
         print(f"wrote {out}: {num_frames} frames {width}x{height} | load {m['load_s']:.1f}s, text encoder "
-              f"{m['text_encoder_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step, VAE decode "
-              f"{m['vae_decode_s']:.2f}s")
+              f"{m['text_encoder_s']:.2f}s" + (f", VAE encode {m['vae_encode_s']:.2f}s" if "vae_encode_s" in m else "")
+              + f", compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step, VAE decode {m['vae_decode_s']:.2f}s")
     return 0
 
 
