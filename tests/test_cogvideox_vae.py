@@ -18,6 +18,7 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap
 from vidax.checkpoint.loader import load_params, plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
+from vidax.core.tiling import blend as blend_tiles
 from vidax.models.cogvideox import vae as cv
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 from vidax.models.cogvideox.keymap import vae_keymap
@@ -176,9 +177,9 @@ def test_blending_against_untouched_neighbours_would_be_caught(tiny):
         kept = []
         for j, tile in enumerate(row):
             if i > 0:
-                tile = cv._blend(grid[i - 1][j], tile, q["blend_height"], axis=3)  # untouched neighbours
+                tile = blend_tiles(grid[i - 1][j], tile, q["blend_height"], axis=3)  # untouched neighbours
             if j > 0:
-                tile = cv._blend(row[j - 1], tile, q["blend_width"], axis=4)
+                tile = blend_tiles(row[j - 1], tile, q["blend_width"], axis=4)
             kept.append(tile[:, :, :, :40, :32])
         faulty_rows.append(jnp.concatenate(kept, axis=4))
     faulty = np.asarray(jnp.concatenate(faulty_rows, axis=3))

@@ -335,3 +335,26 @@ def test_conditioned_generation_on_a_mesh_equals_single_device(pipes, block_loop
                                        devices=jax.devices()[:4])
     out = pipe(PROMPT, NEGATIVE, **kw)
     np.testing.assert_allclose(out.latents, base.latents, rtol=0, atol=1e-5)
+
+
+def test_presets_cover_every_ltx_video_row_of_the_paper_table():
+    """Each LTX-Video 0.9.8 row of the paper's benchmark table has a preset with its size, frames, steps, dtype and
+    tensor-parallel split (the LTX-2.5 rows are another model family)."""
+    import csv
+    from pathlib import Path
+
+    from vidax.models.ltx.config import PRESETS
+
+    table = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper-table5.tsv"
+    assert table.is_file(), f"{table} not found: the project's shared/ folder must sit beside the checkout"
+    rows = [r for r in csv.DictReader(table.open(), delimiter="\t") if r["model"].startswith("LTX-Video")]
+    assert len(rows) == 3
+    for r in rows:
+        w, h = (int(v) for v in r["resolution_wxh"].split("x"))
+        size, kind = r["model"].split()[2], r["model"].split("(")[1].rstrip(")")
+        match = [p for p in PRESETS.values() if f"{size}-{kind}" in p.model
+                 and (p.width, p.height, p.num_frames, p.num_inference_steps) == (w, h, int(r["frames"]), int(r["steps"]))
+                 and p.tp == int(r["tp/sp"].split("/")[0]) and p.dtype == "bfloat16"]
+        assert len(match) == 1, f"no preset for {r}"
+        if kind == "distilled":
+            assert match[0].timesteps is not None and len(match[0].timesteps) == int(r["steps"])

@@ -7,10 +7,30 @@ whose arithmetic goes wrong far from the cause (``"two" * 128`` is a string); th
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
 import types
 import typing
+from pathlib import Path
 from typing import Any
+
+from vidax.checkpoint.errors import CheckpointError
+
+
+def read_json(path: str | Path) -> dict:
+    """A ``config.json``-like file's object.
+
+    Raises:
+      CheckpointError: the file is not valid JSON, or holds something other than an object (both named).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
 
 
 def config_values(cls: type, config: dict[str, Any], source: str) -> dict[str, Any]:

@@ -47,6 +47,22 @@ class ParamSpec:
 SpecTree = dict[str, Any]
 
 
+def linear_spec(n_in: int, n_out: int, axes: tuple[str | None, str | None], *, layers: int | None = None,
+                fp32: bool = False, bias: bool = True) -> dict:
+    """The specs of one linear layer: ``{"kernel": (in, out), "bias": (out,)}`` (layout of :mod:`vidax.core.layers`).
+
+    Args:
+      axes: logical axes of the kernel ``(in, out)``; the bias takes the second.
+      layers: a leading stacked-layer axis of this size (repeated blocks), or None.
+      fp32: pin both leaves to float32. bias: declare the bias.
+    """
+    lead, lead_axes = ((layers,), ("layers",)) if layers else ((), ())
+    spec = {"kernel": ParamSpec((*lead, n_in, n_out), fp32=fp32, axes=(*lead_axes, *axes))}
+    if bias:
+        spec["bias"] = ParamSpec((*lead, n_out), fp32=fp32, axes=(*lead_axes, axes[1]))
+    return spec
+
+
 def flatten(tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Yield ``("a/b/c", leaf)`` for every leaf of a nested dict, in insertion order."""
     for k, v in tree.items():

@@ -34,6 +34,7 @@ import numpy as np
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, identity_keymap
 from vidax.checkpoint.writer import VIDAX_INDEX, VIDAX_WEIGHTS, assembled_folder, write_component, write_json
+from vidax.core.config_values import read_json
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
 
 PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
@@ -64,21 +65,6 @@ class T5Family:
     vae_keymap: Callable[[Any], KeyMap]
     transformer_specs: Callable[[Any], dict]
     vae_specs: Callable[[Any], dict]
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object from ``path``.
-
-    Raises:
-      CheckpointError: invalid JSON or not an object.
-    """
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
 
 
 @dataclass(frozen=True)
@@ -267,3 +253,59 @@ def convert(ckpt: T5Checkpoint, dst: str | os.PathLike, *, dtype: Any = "bfloat1
         write_json(tmp / VIDAX_INDEX, summary)
     summary["seconds"] = time.perf_counter() - t0
     return summary
+
+
+#: The file that marks a folder as a demo checkpoint (random weights), beside ``model_index.json``.
+DEMO_MARKER = "VIDAX_DEMO_CHECKPOINT.txt"
+
+
+def write_demo(folder: str | os.PathLike, family: T5Family, *, seed: int, name: str,
+               text_encoder_config: Callable[[int], dict], transformer_config: Callable[[int], dict], vae_config: dict,
+               scheduler_config: dict, model_index: dict,
+               vae_tensors: Callable[[dict, np.random.Generator], None] | None = None) -> Path:
+    """Write a tiny random-weight ``family`` folder in the diffusers layout, without PyTorch (the families' demos).
+
+    Assembled under a temporary name beside ``folder`` and renamed into place when complete.
+
+    Args:
+      name: what the marker file calls the model (e.g. ``"CogVideoX (5b)"``).
+      text_encoder_config: vocabulary size -> T5 ``config.json``; transformer_config: text width -> its config.json.
+      vae_config, scheduler_config, model_index: the other JSON files.
+      vae_tensors: ``(state_dict, rng)`` -> None, to set VAE tensors the random weights would make meaningless.
+
+    Returns:
+      ``folder``.
+
+    Raises:
+      FileExistsError: ``folder`` exists.
+    """
+    from vidax.checkpoint.writer import save_component
+    from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
+    from vidax.models.wan.demo import random_state_dict
+
+    folder = Path(folder)
+    if folder.exists():
+        raise FileExistsError(f"{folder} exists; remove it to write a fresh demo checkpoint")
+    with assembled_folder(folder) as tmp:
+        rng = np.random.default_rng(seed)
+        ecfg_json = text_encoder_config(Tokenizer.from_folder(write_demo_tokenizer(tmp / "tokenizer")).vocab_size)
+        ecfg = T5Config.from_dict(ecfg_json)
+        save_component(tmp / "text_encoder", "model.safetensors",
+                       random_state_dict(t5_keymap(ecfg), t5_specs(ecfg), rng), ecfg_json)
+        tcfg_json = transformer_config(ecfg_json["d_model"])
+        tcfg = family.transformer_config(tcfg_json)
+        save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors",
+                       random_state_dict(family.transformer_keymap(tcfg), family.transformer_specs(tcfg), rng), tcfg_json)
+        vcfg = family.vae_config(vae_config)
+        vae = random_state_dict(family.vae_keymap(vcfg), family.vae_specs(vcfg), rng)
+        if vae_tensors is not None:
+            vae_tensors(vae, rng)
+        save_component(tmp / "vae", "diffusion_pytorch_model.safetensors", vae, vae_config)
+        (tmp / "scheduler").mkdir()
+        write_json(tmp / "scheduler" / "scheduler_config.json", scheduler_config)
+        write_json(tmp / "model_index.json", model_index)
+        (tmp / DEMO_MARKER).write_text(
+            f"vidax demo checkpoint: {name} architecture at a tiny size with RANDOM weights.\n"
+            "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
+        )
+    return folder

@@ -26,20 +26,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
-from vidax.checkpoint.writer import assembled_folder, save_component, write_json
-from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
-from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
-from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
-from vidax.models.cogvideox.keymap import transformer_keymap, vae_keymap
-from vidax.models.cogvideox.transformer import transformer_specs
-from vidax.models.cogvideox.vae import vae_specs
-from vidax.models.wan.demo import random_state_dict
+from vidax.models import t5_folder
+from vidax.models.cogvideox.layout import COGVIDEOX
 
 DIFFUSERS_VERSION = "0.42.1"
 TRANSFORMERS_VERSION = "5.24.0"
-DEMO_MARKER = "VIDAX_DEMO_CHECKPOINT.txt"
+DEMO_MARKER = t5_folder.DEMO_MARKER
 VARIANTS = ("2b", "5b", "1.5", "5b-i2v", "1.5-i2v")
 
 
@@ -142,33 +134,12 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown CogVideoX demo variant {variant!r}; choose one of {VARIANTS}")
-    folder = Path(folder)
-    if folder.exists():
-        raise FileExistsError(f"{folder} exists; remove it to write a fresh demo checkpoint")
-    with assembled_folder(folder) as tmp:
-        rng = np.random.default_rng(seed)
-        vocab_size = Tokenizer.from_folder(write_demo_tokenizer(tmp / "tokenizer")).vocab_size
-        ecfg_json = text_encoder_config(vocab_size, **(text_overrides or {}))
-        tcfg_json = transformer_config(variant, ecfg_json["d_model"], **(transformer_overrides or {}))
-        vcfg_json = vae_config(variant, **(vae_overrides or {}))
-
-        ecfg = T5Config.from_dict(ecfg_json)
-        save_component(tmp / "text_encoder", "model.safetensors",
-                       random_state_dict(t5_keymap(ecfg), t5_specs(ecfg), rng), ecfg_json)
-        tcfg = CogVideoXTransformerConfig.from_dict(tcfg_json)
-        save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors",
-                       random_state_dict(transformer_keymap(tcfg), transformer_specs(tcfg), rng), tcfg_json)
-        vcfg = CogVideoXVAEConfig.from_dict(vcfg_json)
-        save_component(tmp / "vae", "diffusion_pytorch_model.safetensors",
-                       random_state_dict(vae_keymap(vcfg), vae_specs(vcfg), rng), vcfg_json)
-        (tmp / "scheduler").mkdir()
-        write_json(tmp / "scheduler" / "scheduler_config.json", scheduler_config(variant))
-        write_json(tmp / "model_index.json", model_index(variant))
-        (tmp / DEMO_MARKER).write_text(
-            f"vidax demo checkpoint: CogVideoX ({variant}) architecture at a tiny size with RANDOM weights.\n"
-            "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
-        )
-    return folder
+    return t5_folder.write_demo(
+        folder, COGVIDEOX, seed=seed, name=f"CogVideoX ({variant})",
+        text_encoder_config=lambda vocab: text_encoder_config(vocab, **(text_overrides or {})),
+        transformer_config=lambda width: transformer_config(variant, width, **(transformer_overrides or {})),
+        vae_config=vae_config(variant, **(vae_overrides or {})), scheduler_config=scheduler_config(variant),
+        model_index=model_index(variant))
 
 
 def main(argv: list[str] | None = None) -> int:

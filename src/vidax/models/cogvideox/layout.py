@@ -12,40 +12,18 @@ import os
 
 from vidax.models import t5_folder
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
+from vidax.models.cogvideox.keymap import transformer_keymap, vae_keymap
+from vidax.models.cogvideox.transformer import transformer_specs
+from vidax.models.cogvideox.vae import vae_specs
 
 #: ``model_index.json`` classes of CogVideoX folders (the transformer config tells T2V from I2V).
 PIPELINE_CLASSES = ("CogVideoXPipeline", "CogVideoXImageToVideoPipeline", "CogVideoXVideoToVideoPipeline")
 
 
-def _transformer_keymap(cfg):
-    from vidax.models.cogvideox.keymap import transformer_keymap
-
-    return transformer_keymap(cfg)
-
-
-def _vae_keymap(cfg):
-    from vidax.models.cogvideox.keymap import vae_keymap
-
-    return vae_keymap(cfg)
-
-
-def _transformer_specs(cfg):
-    from vidax.models.cogvideox.transformer import transformer_specs
-
-    return transformer_specs(cfg)
-
-
-def _vae_specs(cfg):
-    from vidax.models.cogvideox.vae import vae_specs
-
-    return vae_specs(cfg)
-
-
 COGVIDEOX = t5_folder.T5Family(
     family="cogvideox", display="CogVideoX", pipeline_classes=PIPELINE_CLASSES, example="THUDM/CogVideoX-5b",
     transformer_config=CogVideoXTransformerConfig.from_dict, vae_config=CogVideoXVAEConfig.from_dict,
-    transformer_keymap=_transformer_keymap, vae_keymap=_vae_keymap, transformer_specs=_transformer_specs,
-    vae_specs=_vae_specs,
+    transformer_keymap=transformer_keymap, vae_keymap=vae_keymap, transformer_specs=transformer_specs, vae_specs=vae_specs,
 )
 
 #: A resolved CogVideoX folder (:class:`vidax.models.t5_folder.T5Checkpoint`).

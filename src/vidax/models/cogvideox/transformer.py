@@ -54,7 +54,7 @@ from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import patchify, timestep_embedding
 from vidax.core.layers import gelu_tanh, layer_norm, linear
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
-from vidax.core.params import ParamSpec, SpecTree
+from vidax.core.params import ParamSpec, SpecTree, linear_spec
 from vidax.core.rope import apply_rope_interleaved, linspace_f32
 from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig
@@ -66,15 +66,6 @@ QK_NORM_EPS = 1e-6
 # --------------------------------------------------------------------------------------------
 # Parameters
 # --------------------------------------------------------------------------------------------
-
-
-def _linear(n_in: int, n_out: int, axes: tuple, *, layers: int | None = None, fp32: bool = False,
-            bias: bool = True) -> dict:
-    lead, lead_axes = ((layers,), ("layers",)) if layers else ((), ())
-    spec = {"kernel": ParamSpec((*lead, n_in, n_out), fp32=fp32, axes=(*lead_axes, *axes))}
-    if bias:
-        spec["bias"] = ParamSpec((*lead, n_out), fp32=fp32, axes=(*lead_axes, axes[1]))
-    return spec
 
 
 def _norm(dim: int, axis: str | None, layers: int | None = None) -> dict:
@@ -105,47 +96,47 @@ def transformer_specs(cfg: CogVideoXTransformerConfig) -> SpecTree:
         if cfg.patch_bias:
             proj["bias"] = ParamSpec((d,), fp32=True, axes=("embed",))
     else:  # CogVideoX 1.5: Linear over (C, p_t, p, p) patches (always with a bias)
-        proj = _linear(cfg.patch_features, d, (None, "embed"), fp32=True)
-    patch_embed = {"proj": proj, "text_proj": _linear(cfg.text_embed_dim, d, (None, "embed"), fp32=True)}
+        proj = linear_spec(cfg.patch_features, d, (None, "embed"), fp32=True)
+    patch_embed = {"proj": proj, "text_proj": linear_spec(cfg.text_embed_dim, d, (None, "embed"), fp32=True)}
     if cfg.use_learned_positional_embeddings:
         patch_embed["pos_embedding"] = ParamSpec((1, num_learned_positions(cfg), d), fp32=True, axes=(None, None, "embed"))
 
     def ada(n_out: int, layers: int | None = None, axis: str | None = None) -> dict:
-        return {"linear": _linear(t, n_out, (None, axis), layers=layers, fp32=True), "norm": _norm(d, "embed", layers)}
+        return {"linear": linear_spec(t, n_out, (None, axis), layers=layers, fp32=True), "norm": _norm(d, "embed", layers)}
 
     specs: SpecTree = {
         "patch_embed": patch_embed,
         "time_embedding": {
-            "linear_1": _linear(d, t, ("embed", None), fp32=True),
-            "linear_2": _linear(t, t, (None, None), fp32=True),
+            "linear_1": linear_spec(d, t, ("embed", None), fp32=True),
+            "linear_2": linear_spec(t, t, (None, None), fp32=True),
         },
     }
     if cfg.ofs_embed_dim:
         o = cfg.ofs_embed_dim
         specs["ofs_embedding"] = {
-            "linear_1": _linear(o, o, (None, None), fp32=True),
-            "linear_2": _linear(o, o, (None, None), fp32=True),
+            "linear_1": linear_spec(o, o, (None, None), fp32=True),
+            "linear_2": linear_spec(o, o, (None, None), fp32=True),
         }
     specs["blocks"] = {
         # The blocks' AdaLN projections: output features over "adaln" (split over tensor, gathered in the block).
         "norm1": ada(6 * d, L, "adaln"),
         "attn1": {
-            "to_q": _linear(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
-            "to_k": _linear(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
-            "to_v": _linear(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
+            "to_q": linear_spec(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
+            "to_k": linear_spec(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
+            "to_v": linear_spec(d, d, ("embed", "heads"), layers=L, bias=cfg.attention_bias),
             "norm_q": _norm(hd, None, L),
             "norm_k": _norm(hd, None, L),
-            "to_out": _linear(d, d, ("heads", "embed"), layers=L),
+            "to_out": linear_spec(d, d, ("heads", "embed"), layers=L),
         },
         "norm2": ada(6 * d, L, "adaln"),
         "ff": {
-            "up": _linear(d, cfg.ff_inner_dim, ("embed", "mlp"), layers=L),
-            "down": _linear(cfg.ff_inner_dim, d, ("mlp", "embed"), layers=L),
+            "up": linear_spec(d, cfg.ff_inner_dim, ("embed", "mlp"), layers=L),
+            "down": linear_spec(cfg.ff_inner_dim, d, ("mlp", "embed"), layers=L),
         },
     }
     specs["norm_final"] = _norm(d, "embed")
     specs["norm_out"] = ada(2 * d)
-    specs["proj_out"] = _linear(d, cfg.out_channels * cfg.temporal_patch * p * p, ("embed", None))
+    specs["proj_out"] = linear_spec(d, cfg.out_channels * cfg.temporal_patch * p * p, ("embed", None))
     return specs
 
 

@@ -55,6 +55,7 @@ import numpy as np
 from vidax.checkpoint.keymap import Rule, conv, norm
 from vidax.core.layers import causal_conv3d, conv3d, conv_jit
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
+from vidax.core.tiling import blend as blend_tiles
 from vidax.models.cogvideox.config import CogVideoXVAEConfig
 
 #: Frames per encoder call and latent frames per decoder call (the reference's
@@ -528,27 +529,6 @@ class VAETiling:
         }
 
 
-def _blend_weights(extent: int) -> tuple[np.ndarray, np.ndarray]:
-    # The reference's Python-float weights (1 - y/e, y/e), rounded to float32 as PyTorch does.
-    y = np.arange(extent, dtype=np.float64)
-    return (1 - y / extent).astype(np.float32), (y / extent).astype(np.float32)
-
-
-def _blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
-    """``blend_v`` (axis 3) / ``blend_h`` (axis 4): the first ``extent`` rows/columns of ``b`` fade in from ``a``'s last."""
-    extent = min(a.shape[axis], b.shape[axis], extent)
-    if extent <= 0:
-        return b
-    wa, wb = _blend_weights(extent)
-    shape = [1] * 5
-    shape[axis] = extent
-    tail = jax.lax.slice_in_dim(a, a.shape[axis] - extent, a.shape[axis], axis=axis)
-    head = jax.lax.slice_in_dim(b, 0, extent, axis=axis)
-    mixed = tail * jnp.asarray(wa.reshape(shape)) + head * jnp.asarray(wb.reshape(shape))
-    rest = jax.lax.slice_in_dim(b, extent, b.shape[axis], axis=axis)
-    return jnp.concatenate([mixed.astype(b.dtype), rest], axis=axis)
-
-
 def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETiling = VAETiling()) -> jax.Array:
     """Decode in overlapping spatial tiles (``AutoencoderKLCogVideoX.tiled_decode``), exactly as the reference.
 
@@ -581,9 +561,9 @@ def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VA
         kept = []
         for j, tile in enumerate(row):
             if i > 0:
-                tile = _blend(rows[i - 1][j], tile, q["blend_height"], axis=3)
+                tile = blend_tiles(rows[i - 1][j], tile, q["blend_height"], axis=3)
             if j > 0:
-                tile = _blend(row[j - 1], tile, q["blend_width"], axis=4)
+                tile = blend_tiles(row[j - 1], tile, q["blend_width"], axis=4)
             row[j] = tile  # written back: the blended tile is the neighbour of the next ones
             kept.append(tile[:, :, :, : q["keep_height"], : q["keep_width"]])
         out_rows.append(jnp.concatenate(kept, axis=4))

@@ -25,17 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vidax.checkpoint.writer import assembled_folder, save_component, write_json
-from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
-from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
+from vidax.models import t5_folder
 from vidax.models.cogvideox.demo import DIFFUSERS_VERSION, text_encoder_config
-from vidax.models.ltx.config import LTXVideoTransformerConfig
-from vidax.models.ltx.keymap import transformer_keymap
-from vidax.models.ltx.transformer import transformer_specs
-from vidax.models.ltx.vae import LTXVideoVAEConfig, vae_keymap, vae_specs
-from vidax.models.wan.demo import random_state_dict
+from vidax.models.ltx.layout import LTX
 
-DEMO_MARKER = "VIDAX_DEMO_CHECKPOINT.txt"
+DEMO_MARKER = t5_folder.DEMO_MARKER
 VARIANTS = ("0.9.1", "0.9.8")
 LATENT_CHANNELS = 16
 
@@ -129,38 +123,21 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown LTX-Video demo variant {variant!r}; choose one of {VARIANTS}")
-    folder = Path(folder)
-    if folder.exists():
-        raise FileExistsError(f"{folder} exists; remove it to write a fresh demo checkpoint")
-    with assembled_folder(folder) as tmp:
-        rng = np.random.default_rng(seed)
-        vocab_size = Tokenizer.from_folder(write_demo_tokenizer(tmp / "tokenizer")).vocab_size
-        ecfg_json = text_encoder_config(vocab_size, **(text_overrides or {}))
-        tcfg_json = transformer_config(ecfg_json["d_model"], **(transformer_overrides or {}))
-        vcfg_json = vae_config(variant, **(vae_overrides or {}))
 
-        ecfg = T5Config.from_dict(ecfg_json)
-        save_component(tmp / "text_encoder", "model.safetensors",
-                       random_state_dict(t5_keymap(ecfg), t5_specs(ecfg), rng), ecfg_json)
-        tcfg = LTXVideoTransformerConfig.from_dict(tcfg_json)
-        save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors",
-                       random_state_dict(transformer_keymap(tcfg), transformer_specs(tcfg), rng), tcfg_json)
-        vcfg = LTXVideoVAEConfig.from_dict(vcfg_json)
-        vae = random_state_dict(vae_keymap(vcfg), vae_specs(vcfg), rng)
-        if "decoder.timestep_scale_multiplier" in vae:  # the reference's value (random weights would drown the time)
-            vae["decoder.timestep_scale_multiplier"] = np.array(1000.0, np.float32)
-        # Latent statistics: a spread around 0 and 1, so denormalisation is exercised.
+    def vae_tensors(vae: dict, rng: np.random.Generator) -> None:
+        # Latent statistics spread around 0 and 1 (denormalisation exercised); the reference's time multiplier
+        # (random weights would drown the decode timestep).
         vae["latents_mean"] = (0.1 * rng.standard_normal(LATENT_CHANNELS)).astype(np.float32)
         vae["latents_std"] = (1.0 + 0.2 * rng.random(LATENT_CHANNELS)).astype(np.float32)
-        save_component(tmp / "vae", "diffusion_pytorch_model.safetensors", vae, vcfg_json)
-        (tmp / "scheduler").mkdir()
-        write_json(tmp / "scheduler" / "scheduler_config.json", scheduler_config(variant))
-        write_json(tmp / "model_index.json", model_index(variant))
-        (tmp / DEMO_MARKER).write_text(
-            f"vidax demo checkpoint: LTX-Video ({variant}) architecture at a tiny size with RANDOM weights.\n"
-            "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
-        )
-    return folder
+        if "decoder.timestep_scale_multiplier" in vae:
+            vae["decoder.timestep_scale_multiplier"] = np.array(1000.0, np.float32)
+
+    return t5_folder.write_demo(
+        folder, LTX, seed=seed, name=f"LTX-Video ({variant})",
+        text_encoder_config=lambda vocab: text_encoder_config(vocab, **(text_overrides or {})),
+        transformer_config=lambda width: transformer_config(width, **(transformer_overrides or {})),
+        vae_config=vae_config(variant, **(vae_overrides or {})), scheduler_config=scheduler_config(variant),
+        model_index=model_index(variant), vae_tensors=vae_tensors)
 
 
 def main(argv: list[str] | None = None) -> int:

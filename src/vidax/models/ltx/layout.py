@@ -16,46 +16,18 @@ import os
 
 from vidax.models import t5_folder
 from vidax.models.ltx.config import LTXVideoTransformerConfig
+from vidax.models.ltx.keymap import transformer_keymap
+from vidax.models.ltx.transformer import transformer_specs
+from vidax.models.ltx.vae import LTXVideoVAEConfig, vae_keymap, vae_specs
 
 #: ``model_index.json`` classes of LTX-Video folders.
 PIPELINE_CLASSES = ("LTXPipeline", "LTXImageToVideoPipeline", "LTXConditionPipeline")
 
 
-def _vae_config(config: dict):
-    from vidax.models.ltx.vae import LTXVideoVAEConfig
-
-    return LTXVideoVAEConfig.from_dict(config)
-
-
-def _transformer_keymap(cfg):
-    from vidax.models.ltx.keymap import transformer_keymap
-
-    return transformer_keymap(cfg)
-
-
-def _vae_keymap(cfg):
-    from vidax.models.ltx.vae import vae_keymap
-
-    return vae_keymap(cfg)
-
-
-def _transformer_specs(cfg):
-    from vidax.models.ltx.transformer import transformer_specs
-
-    return transformer_specs(cfg)
-
-
-def _vae_specs(cfg):
-    from vidax.models.ltx.vae import vae_specs
-
-    return vae_specs(cfg)
-
-
 LTX = t5_folder.T5Family(
     family="ltx", display="LTX-Video", pipeline_classes=PIPELINE_CLASSES, example="Lightricks/LTX-Video",
-    transformer_config=LTXVideoTransformerConfig.from_dict, vae_config=_vae_config,
-    transformer_keymap=_transformer_keymap, vae_keymap=_vae_keymap, transformer_specs=_transformer_specs,
-    vae_specs=_vae_specs,
+    transformer_config=LTXVideoTransformerConfig.from_dict, vae_config=LTXVideoVAEConfig.from_dict,
+    transformer_keymap=transformer_keymap, vae_keymap=vae_keymap, transformer_specs=transformer_specs, vae_specs=vae_specs,
 )
 
 

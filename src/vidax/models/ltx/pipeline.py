@@ -1,8 +1,8 @@
-"""LTX-Video text-to-video (:class:`LTXPipeline`): prompt in, uint8 frames out.
+"""LTX-Video text-to-video and image/video conditioning (:class:`LTXPipeline`): prompt (and frames) in, uint8 frames out.
 
 Follows diffusers ``pipelines/ltx/pipeline_ltx.py`` (``LTXPipeline``) and, for checkpoints whose
 ``model_index.json`` names it (LTX-Video 0.9.5+, 0.9.7 / 0.9.8), ``pipeline_ltx_condition.py``
-(``LTXConditionPipeline``) without conditioning items:
+(``LTXConditionPipeline``); text-to-video steps below, conditioning in :mod:`vidax.models.ltx.conditioning`:
 
 1. prompts tokenized to ``max_sequence_length`` T5 tokens (128; 256 for the condition pipeline), right
    padding, and encoded by the T5 v1.1 encoder in float32 (paper Table 4 fault 2): ``LTXPipeline`` without an
@@ -168,7 +168,8 @@ class LTXOutput:
 
 
 class LTXPipeline:
-    """LTX-Video text-to-video (0.9.x, 2B and 13B), loaded once from a diffusers-layout folder.
+    """LTX-Video (0.9.x, 2B and 13B) text-to-video, image-to-video and frame conditioning, loaded once from a
+    diffusers-layout (or vidax-converted) folder; it samples as the pipeline class the folder names.
 
     Example::
 

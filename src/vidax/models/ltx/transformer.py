@@ -49,7 +49,7 @@ from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import gelu_tanh, layer_norm, linear, rms_norm
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
-from vidax.core.params import ParamSpec, SpecTree
+from vidax.core.params import ParamSpec, SpecTree, linear_spec
 from vidax.core.rope import apply_rope_interleaved, linspace_f32
 from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.ltx.config import LTXVideoTransformerConfig
@@ -70,23 +70,14 @@ ROPE_THETA = 10000.0
 # --------------------------------------------------------------------------------------------
 
 
-def _linear(n_in: int, n_out: int, axes: tuple, *, layers: int | None = None, fp32: bool = False,
-            bias: bool = True) -> dict:
-    lead, lead_axes = ((layers,), ("layers",)) if layers else ((), ())
-    spec = {"kernel": ParamSpec((*lead, n_in, n_out), fp32=fp32, axes=(*lead_axes, *axes))}
-    if bias:
-        spec["bias"] = ParamSpec((*lead, n_out), fp32=fp32, axes=(*lead_axes, axes[1]))
-    return spec
-
-
 def _attention_specs(cfg: LTXVideoTransformerConfig, layers: int) -> dict:
     d = cfg.dim
-    qkv = {n: _linear(d, d, ("embed", "heads"), layers=layers, bias=cfg.attention_bias) for n in ("to_q", "to_k", "to_v")}
+    qkv = {n: linear_spec(d, d, ("embed", "heads"), layers=layers, bias=cfg.attention_bias) for n in ("to_q", "to_k", "to_v")}
     return {
         **qkv,
         "norm_q": {"scale": ParamSpec((layers, d), fp32=True, axes=("layers", "heads"))},
         "norm_k": {"scale": ParamSpec((layers, d), fp32=True, axes=("layers", "heads"))},
-        "to_out": _linear(d, d, ("heads", "embed"), layers=layers, bias=cfg.attention_out_bias),
+        "to_out": linear_spec(d, d, ("heads", "embed"), layers=layers, bias=cfg.attention_out_bias),
     }
 
 
@@ -106,27 +97,27 @@ def transformer_specs(cfg: LTXVideoTransformerConfig) -> SpecTree:
         "attn1": _attention_specs(cfg, L),
         "attn2": _attention_specs(cfg, L),
         "ff": {
-            "up": _linear(d, cfg.ff_inner_dim, ("embed", "mlp"), layers=L),
-            "down": _linear(cfg.ff_inner_dim, d, ("mlp", "embed"), layers=L),
+            "up": linear_spec(d, cfg.ff_inner_dim, ("embed", "mlp"), layers=L),
+            "down": linear_spec(cfg.ff_inner_dim, d, ("mlp", "embed"), layers=L),
         },
         "scale_shift_table": ParamSpec((L, 6, d), fp32=True, axes=("layers", None, "embed")),
     })
     return {
-        "proj_in": _linear(cfg.in_channels, d, (None, "embed")),
+        "proj_in": linear_spec(cfg.in_channels, d, (None, "embed")),
         "scale_shift_table": ParamSpec((2, d), fp32=True, axes=(None, "embed")),
         "time_embed": {
             "emb": {"timestep_embedder": {
-                "linear_1": _linear(TIMESTEP_FEATURES, d, (None, "embed"), fp32=True),
-                "linear_2": _linear(d, d, ("embed", None), fp32=True),
+                "linear_1": linear_spec(TIMESTEP_FEATURES, d, (None, "embed"), fp32=True),
+                "linear_2": linear_spec(d, d, ("embed", None), fp32=True),
             }},
-            "linear": _linear(d, 6 * d, ("embed", None), fp32=True),
+            "linear": linear_spec(d, 6 * d, ("embed", None), fp32=True),
         },
         "caption_projection": {
-            "linear_1": _linear(cfg.caption_channels, d, (None, "embed")),
-            "linear_2": _linear(d, d, ("embed", None)),
+            "linear_1": linear_spec(cfg.caption_channels, d, (None, "embed")),
+            "linear_2": linear_spec(d, d, ("embed", None)),
         },
         "blocks": blocks,
-        "proj_out": _linear(d, cfg.out_channels, ("embed", None)),
+        "proj_out": linear_spec(d, cfg.out_channels, ("embed", None)),
     }
 
 

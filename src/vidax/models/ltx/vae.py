@@ -69,6 +69,7 @@ from vidax.core.config_values import config_values
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import conv3d, conv_jit, layer_norm, linear, rms_norm
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
+from vidax.core.tiling import blend as blend_tiles
 
 #: Epsilon of every ``RMSNorm`` of the VAE (fixed in the reference; ``resnet_norm_eps`` is the shortcut
 #: ``LayerNorm``'s).
@@ -878,22 +879,6 @@ class LTXVideoTiling:
         return q
 
 
-def _blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
-    """``blend_t`` (axis 2) / ``blend_v`` (3) / ``blend_h`` (4): ``b``'s first ``extent`` slices fade in from
-    ``a``'s last."""
-    extent = min(a.shape[axis], b.shape[axis], extent)
-    if extent <= 0:
-        return b
-    y = np.arange(extent, dtype=np.float64)  # the reference's Python-float weights, rounded to float32 as PyTorch does
-    shape = [1] * b.ndim
-    shape[axis] = extent
-    wa, wb = ((1 - y / extent).astype(np.float32).reshape(shape), (y / extent).astype(np.float32).reshape(shape))
-    tail = jax.lax.slice_in_dim(a, a.shape[axis] - extent, a.shape[axis], axis=axis)
-    head = jax.lax.slice_in_dim(b, 0, extent, axis=axis)
-    rest = jax.lax.slice_in_dim(b, extent, b.shape[axis], axis=axis)
-    return jnp.concatenate([(tail * wa + head * wb).astype(b.dtype), rest], axis=axis)
-
-
 @functools.partial(jax.jit, static_argnames=("blend", "stride", "size"))
 def _compose_spatial(rows: list, blend: tuple[int, int], stride: tuple[int, int], size: tuple[int, int]) -> jax.Array:
     """The blending of ``tiled_decode``, one program per tile layout (composed eagerly, every slice, product and
@@ -904,9 +889,9 @@ def _compose_spatial(rows: list, blend: tuple[int, int], stride: tuple[int, int]
         kept = []
         for j, tile in enumerate(row):
             if i > 0:
-                tile = _blend(rows[i - 1][j], tile, blend[0], axis=3)
+                tile = blend_tiles(rows[i - 1][j], tile, blend[0], axis=3)
             if j > 0:
-                tile = _blend(row[j - 1], tile, blend[1], axis=4)
+                tile = blend_tiles(row[j - 1], tile, blend[1], axis=4)
             row[j] = tile  # written back: the blended tile is the neighbour of the next ones
             kept.append(tile[:, :, :, : stride[0], : stride[1]])
         out_rows.append(jnp.concatenate(kept, axis=4))
@@ -919,7 +904,7 @@ def _compose_temporal(row: list, blend: int, stride: int, frames: int) -> jax.Ar
     row, kept = list(row), []
     for i, tile in enumerate(row):
         if i > 0:
-            tile = _blend(row[i - 1], tile, blend, axis=2)
+            tile = blend_tiles(row[i - 1], tile, blend, axis=2)
             row[i] = tile  # written back, as the reference's in-place blend
             kept.append(tile[:, :, :stride])
         else:

@@ -37,7 +37,6 @@ resolver naming the files.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from typing import Any
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, identity_keymap
 from vidax.checkpoint.writer import VIDAX_INDEX, VIDAX_WEIGHTS
+from vidax.core.config_values import read_json
 from vidax.encoders.t5 import (
     T5Config,
     t5_config_from_wan_original_shapes,
@@ -125,16 +125,6 @@ LAYOUTS: dict[str, WanLayout] = {
 }
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
-
-
 def _reader(path: Path):
     from vidax.checkpoint.safetensors_io import CheckpointReader
 
@@ -199,7 +189,7 @@ class WanCheckpoint:
         return self._transformer_config(self.transformer_config_path, self.transformer_weights)
 
     def _transformer_config(self, config_path: Path, weights: Path) -> WanTransformerConfig:
-        config = _read_json(config_path)
+        config = read_json(config_path)
         if self.layout == ORIGINAL:
             # Wan2.1 I2V and Wan2.2 I2V A14B share config keys; only Wan2.1's has the CLIP embedder img_emb.*
             # (its first LayerNorm gives the CLIP width; FLF2V's img_emb.emb_pos the token count).
@@ -254,7 +244,7 @@ class WanCheckpoint:
           reader: the VAE reader, if already open (original layout only; opened otherwise).
         """
         if self.vae_config_path is not None:
-            return wan_vae.WanVAEConfig.from_dict(_read_json(self.vae_config_path))
+            return wan_vae.WanVAEConfig.from_dict(read_json(self.vae_config_path))
         return wan_vae.vae_config_from_original_shapes(_shapes(reader if reader is not None else self.vae_reader()))
 
     def text_encoder_config(self, reader: Any = None) -> T5Config:
@@ -264,7 +254,7 @@ class WanCheckpoint:
           reader: the text-encoder reader, if already open (original layout only).
         """
         if self.text_encoder_config_path is not None:
-            return T5Config.from_dict(_read_json(self.text_encoder_config_path))
+            return T5Config.from_dict(read_json(self.text_encoder_config_path))
         return t5_config_from_wan_original_shapes(_shapes(reader if reader is not None else self.text_encoder_reader()))
 
     def describe(self, tcfg: WanTransformerConfig | None = None) -> str:
@@ -288,17 +278,21 @@ class WanCheckpoint:
         :func:`vidax.encoders.clip.image_encoder_source`; the vidax layout's ``image_encoder/`` (our
         names, ``config.json`` in transformers' keys) with the identity map.
         """
-        from vidax.encoders.clip import CLIPVisionConfig, clip_specs, image_encoder_source
+        from vidax.encoders.clip import (
+            CLIPVisionConfig,
+            clip_specs,
+            image_encoder_source,
+        )
 
         if self.layout == VIDAX:
-            cfg = CLIPVisionConfig.from_dict(_read_json(self.image_encoder / "config.json"))
+            cfg = CLIPVisionConfig.from_dict(read_json(self.image_encoder / "config.json"))
             return _reader(self.image_encoder / VIDAX_WEIGHTS), identity_keymap(clip_specs(cfg)), cfg
         return image_encoder_source(self.image_encoder)
 
     def scheduler_config(self) -> dict | None:
         """``scheduler/scheduler_config.json`` (diffusers), or ``None``: the original layout has none
         (the pipeline then uses the Wan repository's UniPC settings with :data:`ORIGINAL_T2V_FLOW_SHIFT`)."""
-        return None if self.scheduler_config_path is None else _read_json(self.scheduler_config_path)
+        return None if self.scheduler_config_path is None else read_json(self.scheduler_config_path)
 
 
 def _transformer_key_layout(folder: Path) -> str | None:
@@ -362,7 +356,7 @@ def detect_layout(folder: str | os.PathLike) -> str:
     original_files = [n for n in (ORIGINAL_VAE, ORIGINAL_VAE_22, ORIGINAL_T5, ORIGINAL_TOKENIZER) if (folder / n).exists()]
     config_path = folder / ORIGINAL_CONFIG
     if config_path.is_file():
-        config = _read_json(config_path)
+        config = read_json(config_path)
         class_name = config.get("_class_name")
         if class_name == "WanModel":
             return ORIGINAL
@@ -394,7 +388,7 @@ def _resolve_diffusers(folder: Path) -> WanCheckpoint:
             raise CheckpointError(f"{folder / part}: config.json is missing")
     if not (folder / "scheduler" / "scheduler_config.json").is_file():
         raise CheckpointError(f"{folder / 'scheduler'}: scheduler_config.json is missing")
-    index = _read_json(folder / "model_index.json")
+    index = read_json(folder / "model_index.json")
     optional = _diffusers_optional_parts(folder, index)
     return WanCheckpoint(
         folder=folder, layout=DIFFUSERS,
@@ -475,7 +469,7 @@ def _resolve_original_experts(folder: Path) -> WanCheckpoint:
     if missing:
         raise CheckpointError(f"{folder}: original-layout Wan2.2 A14B folder is missing {', '.join(missing)}; "
                               "re-download the complete release (e.g. Wan-AI/Wan2.2-T2V-A14B)")
-    model_type = _read_json(folder / ORIGINAL_HIGH_NOISE / ORIGINAL_CONFIG).get("model_type", "t2v")
+    model_type = read_json(folder / ORIGINAL_HIGH_NOISE / ORIGINAL_CONFIG).get("model_type", "t2v")
     if model_type not in ORIGINAL_A14B_BOUNDARY:
         raise CheckpointError(f"{folder}: two-expert release of model_type {model_type!r}; expected 't2v' or 'i2v'")
     return WanCheckpoint(
@@ -506,7 +500,7 @@ def _resolve_original(folder: Path) -> WanCheckpoint:
     if not (folder / ORIGINAL_CONFIG).is_file():
         missing.append(ORIGINAL_CONFIG)
     else:
-        model_type = _read_json(folder / ORIGINAL_CONFIG).get("model_type", "t2v")
+        model_type = read_json(folder / ORIGINAL_CONFIG).get("model_type", "t2v")
     weights = _original_transformer_weights(folder)
     if weights is None:
         missing.append(f"{ORIGINAL_TRANSFORMER} (or {ORIGINAL_TRANSFORMER_INDEX} with its shards)")
@@ -545,7 +539,7 @@ _VIDAX_OPTIONAL = ("transformer_2", "image_encoder", "image_processor")
 
 
 def _resolve_vidax(folder: Path) -> WanCheckpoint:
-    index = _read_json(folder / VIDAX_INDEX)
+    index = read_json(folder / VIDAX_INDEX)
     if index.get("format") != "vidax" or index.get("family") != "wan":
         raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted Wan checkpoint (format/family)")
     parts = [p for p in _VIDAX_OPTIONAL if p in index.get("parts", ())]

@@ -35,7 +35,7 @@ from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import patch_embed, timestep_embedding, unpatchify
 from vidax.core.layers import gelu, gelu_tanh, layer_norm, linear
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
-from vidax.core.params import ParamSpec, SpecTree
+from vidax.core.params import ParamSpec, SpecTree, linear_spec
 from vidax.core.rope import apply_rope_interleaved, rope_3d_angles, rope_cos_sin
 from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.wan.config import WanTransformerConfig
@@ -44,15 +44,6 @@ from vidax.models.wan.sharding import WAN_RULES, check_parallel
 #: Text tokens of the cross-attention context when image tokens precede them (I2V). diffusers'
 #: ``WanAttnProcessor`` takes everything before the last 512 tokens as image tokens.
 TEXT_CONTEXT_LEN = 512
-
-
-def _linear_spec(n_in: int, n_out: int, axes: tuple, *, layers: int | None = None, fp32: bool = False) -> dict:
-    lead = (layers,) if layers else ()
-    lead_axes = ("layers",) if layers else ()
-    return {
-        "kernel": ParamSpec((*lead, n_in, n_out), fp32=fp32, axes=(*lead_axes, *axes)),
-        "bias": ParamSpec((*lead, n_out), fp32=fp32, axes=(*lead_axes, axes[1])),
-    }
 
 
 def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
@@ -69,10 +60,10 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
 
     def attn() -> dict:
         return {
-            "to_q": _linear_spec(d, d, ("embed", "heads"), layers=L),
-            "to_k": _linear_spec(d, d, ("embed", "heads"), layers=L),
-            "to_v": _linear_spec(d, d, ("embed", "heads"), layers=L),
-            "to_out": _linear_spec(d, d, ("heads", "embed"), layers=L),
+            "to_q": linear_spec(d, d, ("embed", "heads"), layers=L),
+            "to_k": linear_spec(d, d, ("embed", "heads"), layers=L),
+            "to_v": linear_spec(d, d, ("embed", "heads"), layers=L),
+            "to_out": linear_spec(d, d, ("heads", "embed"), layers=L),
             "norm_q": {"scale": ParamSpec((L, d), fp32=True, axes=("layers", "heads"))},
             "norm_k": {"scale": ParamSpec((L, d), fp32=True, axes=("layers", "heads"))},
         }
@@ -81,8 +72,8 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
         "attn1": attn(),
         "attn2": attn(),
         "ffn": {
-            "up": _linear_spec(d, cfg.ffn_dim, ("embed", "mlp"), layers=L),
-            "down": _linear_spec(cfg.ffn_dim, d, ("mlp", "embed"), layers=L),
+            "up": linear_spec(d, cfg.ffn_dim, ("embed", "mlp"), layers=L),
+            "down": linear_spec(cfg.ffn_dim, d, ("mlp", "embed"), layers=L),
         },
         "scale_shift_table": ParamSpec((L, 1, 6, d), fp32=True, axes=("layers", None, None, "embed")),
     }
@@ -92,8 +83,8 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
             "bias": ParamSpec((L, d), fp32=True, axes=("layers", "embed")),
         }
     if cfg.added_kv_proj_dim is not None:
-        blocks["attn2"]["add_k_proj"] = _linear_spec(d, d, ("embed", "heads"), layers=L)
-        blocks["attn2"]["add_v_proj"] = _linear_spec(d, d, ("embed", "heads"), layers=L)
+        blocks["attn2"]["add_k_proj"] = linear_spec(d, d, ("embed", "heads"), layers=L)
+        blocks["attn2"]["add_v_proj"] = linear_spec(d, d, ("embed", "heads"), layers=L)
         blocks["attn2"]["norm_added_k"] = {"scale": ParamSpec((L, d), fp32=True, axes=("layers", "heads"))}
     specs = {
         "patch_embedding": {
@@ -102,19 +93,19 @@ def transformer_specs(cfg: WanTransformerConfig) -> SpecTree:
         },
         "condition_embedder": {
             "time_embedder": {
-                "linear_1": _linear_spec(cfg.freq_dim, d, (None, "embed"), fp32=True),
-                "linear_2": _linear_spec(d, d, ("embed", "embed2"), fp32=True),
+                "linear_1": linear_spec(cfg.freq_dim, d, (None, "embed"), fp32=True),
+                "linear_2": linear_spec(d, d, ("embed", "embed2"), fp32=True),
             },
-            "time_proj": _linear_spec(d, 6 * d, ("embed", None), fp32=True),
+            "time_proj": linear_spec(d, 6 * d, ("embed", None), fp32=True),
             # In the compute dtype, as diffusers (`_keep_in_fp32_modules` pins only the time embedder)
             # and the Wan repository (bf16 autocast) run it: 512 tokens x 2 per step, not a small matmul.
             "text_embedder": {
-                "linear_1": _linear_spec(cfg.text_dim, d, (None, "embed")),
-                "linear_2": _linear_spec(d, d, ("embed", "embed2")),
+                "linear_1": linear_spec(cfg.text_dim, d, (None, "embed")),
+                "linear_2": linear_spec(d, d, ("embed", "embed2")),
             },
         },
         "blocks": blocks,
-        "proj_out": _linear_spec(d, cfg.out_channels * pt * ph * pw, ("embed", None)),
+        "proj_out": linear_spec(d, cfg.out_channels * pt * ph * pw, ("embed", None)),
         "scale_shift_table": ParamSpec((1, 2, d), fp32=True, axes=(None, None, "embed")),
     }
     if cfg.image_dim is not None:
@@ -128,7 +119,7 @@ def _image_embedder_specs(cfg: WanTransformerConfig) -> dict:
     out = {
         "norm1": {"scale": ParamSpec((e,), fp32=True, axes=(None,)), "bias": ParamSpec((e,), fp32=True, axes=(None,))},
         # The MLP in the compute dtype like the text embedder (diffusers keeps only the norms in fp32).
-        "ff": {"up": _linear_spec(e, e, (None, None)), "down": _linear_spec(e, d, (None, "embed"))},
+        "ff": {"up": linear_spec(e, e, (None, None)), "down": linear_spec(e, d, (None, "embed"))},
         "norm2": {"scale": ParamSpec((d,), fp32=True, axes=("embed",)), "bias": ParamSpec((d,), fp32=True, axes=("embed",))},
     }
     if cfg.pos_embed_seq_len is not None:
