@@ -127,8 +127,9 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "
     def vae_tensors(vae: dict, rng: np.random.Generator) -> None:
         # Latent statistics spread around 0 and 1 (denormalisation exercised); the reference's time multiplier
         # (random weights would drown the decode timestep).
-        vae["latents_mean"] = (0.1 * rng.standard_normal(LATENT_CHANNELS)).astype(np.float32)
-        vae["latents_std"] = (1.0 + 0.2 * rng.random(LATENT_CHANNELS)).astype(np.float32)
+        channels = vae["latents_mean"].shape[0]  # LATENT_CHANNELS unless latent_channels is overridden
+        vae["latents_mean"] = (0.1 * rng.standard_normal(channels)).astype(np.float32)
+        vae["latents_std"] = (1.0 + 0.2 * rng.random(channels)).astype(np.float32)
         if "decoder.timestep_scale_multiplier" in vae:
             vae["decoder.timestep_scale_multiplier"] = np.array(1000.0, np.float32)
 
