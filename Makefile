@@ -44,6 +44,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench.compare --config a
 	$(BIN)/python -m bench.compare --config b
 	$(BIN)/python -m bench.compare --config c
+	$(BIN)/python -m bench.compare --config d
 	$(BIN)/python -m bench.load
 	$(BIN)/python -m bench.compile_study
 

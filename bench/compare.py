@@ -21,11 +21,11 @@ alternate, so drift in the (shared) machine's load hits both alike. Reported: me
 
 Usage::
 
-    python -m bench.compare [--config a|b|c] [--repeats N]   # writes docs/benchmarks/compare-<config>.json,
-                                                          # docs/benchmarks/step_time[-<config>].png and its section
+    python -m bench.compare [--config a|b|c|d] [--repeats N]   # writes docs/benchmarks/compare-<config>.json,
+                                                            # docs/benchmarks/step_time[-<config>].png and its section
 
 Configurations: ``a`` Wan2.1 1.3B width, ``b`` Wan2.2 TI2V-5B width (text-to-video), ``c`` CogVideoX-2B
-width (see :data:`CONFIGS`).
+width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE (see :data:`CONFIGS`).
     python -m bench.compare --smoke --out /tmp/x.json     # tiny config, seconds, no docs written
 
 New model families: add a :class:`Family` (checkpoint writer + one contender class per engine) to
@@ -76,6 +76,8 @@ class BenchConfig:
       steps: sampler steps of the end-to-end generation.
       repeats: default ``--repeats``.
       note: what the configuration stands for, printed in the report.
+      findings: what was found about this configuration's figures (e.g. a profile of where vidax is slower),
+        appended to the report's notes; written by hand after a run, kept when the section is regenerated.
     """
 
     name: str
@@ -89,6 +91,7 @@ class BenchConfig:
     steps: int = 2
     repeats: int = 3
     note: str = ""
+    findings: str = ""
     docs: bool = True  # write docs/ (the smoke configuration does not)
 
 
@@ -107,6 +110,21 @@ _WAN22_VAE = dict(base_dim=160, decoder_base_dim=256, dim_mult=[1, 2, 4, 4], num
 _COG2B_WIDTH = dict(num_attention_heads=30, attention_head_dim=64, time_embed_dim=512, num_layers=2)
 _COG_VAE = dict(block_out_channels=[128, 256, 256, 512], layers_per_block=3, norm_num_groups=32)
 _T5_THIN = dict(d_model=4096, num_heads=8, d_kv=64, d_ff=1024, num_layers=2)
+# LTX-Video 2B (diffusers scripts/convert_ltx_to_diffusers.py, get_transformer_config for every version but 0.9.7's
+# 13B: 32 heads x 64 = 2048, cross_attention_dim 2048, caption_channels 4096 = the T5 width), 2 of 28 layers; the
+# 0.9.5+ VAE at its released width (get_vae_config "0.9.5", the same for 0.9.7 / 0.9.8).
+_LTX2B_WIDTH = dict(num_attention_heads=32, attention_head_dim=64, cross_attention_dim=2048, in_channels=128,
+                    out_channels=128, num_layers=2)
+_LTX095_VAE = dict(
+    latent_channels=128, block_out_channels=[128, 256, 512, 1024, 2048],
+    down_block_types=["LTXVideo095DownBlock3D"] * 4, decoder_block_out_channels=[256, 512, 1024],
+    layers_per_block=[4, 6, 6, 2, 2], decoder_layers_per_block=[5, 5, 5, 5],
+    spatio_temporal_scaling=[True] * 4, decoder_spatio_temporal_scaling=[True] * 3, decoder_inject_noise=[False] * 4,
+    downsample_type=["spatial", "temporal", "spatiotemporal", "spatiotemporal"], upsample_residual=[True] * 3,
+    upsample_factor=[2, 2, 2], timestep_conditioning=True, patch_size=4, patch_size_t=1, resnet_norm_eps=1e-6,
+    scaling_factor=1.0, encoder_causal=True, decoder_causal=False, spatial_compression_ratio=32,
+    temporal_compression_ratio=8,
+)
 
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
@@ -136,6 +154,19 @@ CONFIGS: dict[str, BenchConfig] = {
             note="CogVideoX-2B width (30 heads x 64 = 1920, time_embed 512, text_embed 4096, 3D sin-cos positions), "
                  "2 of 30 layers, DDIM; CogVideoX VAE at full width (128-256-256-512, 3 layers per block); T5 v1.1 "
                  "4096 wide, 2 thin layers; 226 text tokens join every step's sequence",
+        ),
+        BenchConfig(
+            "d", "ltx", _LTX2B_WIDTH, _LTX095_VAE, _T5_THIN,
+            base=(17, 192, 192),
+            sweep=((17, 192, 192), (17, 256, 256), (33, 384, 384), (33, 512, 512)),
+            bf16_sweep=((17, 256, 256), (33, 384, 384)),
+            note="LTX-Video 2B width (32 heads x 64 = 2048, cross_attention_dim 2048, caption_channels 4096, 128 "
+                 "latent channels, patch 1), 2 of 28 layers, sampled as `LTXConditionPipeline` (the 0.9.5+ / 0.9.8 "
+                 "semantics: 256 masked T5 tokens, linear-quadratic timesteps, pixel-coordinate RoPE, per-token "
+                 "Euler); "
+                 "the 0.9.5+ VAE at full width (`LTXVideo095DownBlock3D`, encoder 128-256-512-1024-2048, decoder "
+                 "256-512-1024 with 5 resnets per stage, 32x spatial and 8x temporal compression), its decode "
+                 "timestep-conditioned at 0.05 with noise scale 0.05; T5 v1.1 4096 wide, 2 thin layers",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -439,14 +470,18 @@ class WanDiffusers:
 
         try:
             with torch.no_grad():
-                frames_out = pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames,
-                                  num_inference_steps=steps, guidance_scale=GUIDANCE,
-                                  latents=torch.from_numpy(latents), output_type="np", callback_on_step_end=on_step).frames
+                frames_out = self._call(frames, height, width, steps, latents, on_step)
         finally:
             del pipe.encode_prompt, pipe.vae.decode
         step_times = [b - a for a, b in zip(marks, marks[1:])]
         times["step_s"] = statistics.median(step_times) if step_times else 0.0
         return frames_out, times
+
+    def _call(self, frames: int, height: int, width: int, steps: int, latents, on_step):
+        """The pipeline's ``__call__`` on these inputs; returns its frames (float32 numpy, ``output_type="np"``)."""
+        return self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                         guidance_scale=GUIDANCE, latents=self.torch.from_numpy(latents), output_type="np",
+                         callback_on_step_end=on_step).frames
 
     def threads(self) -> dict:
         torch = self.torch
@@ -553,6 +588,188 @@ class CogDiffusers(WanDiffusers):
             return self.pipe.decode_latents(self.torch.from_numpy(latents)).float().numpy()
 
 
+# ------------------------------------------------------------------------------------ LTX-Video family
+
+LTX_FRAME_RATE = 25.0  # both pipelines' default frame rate (the RoPE time axis is divided by it)
+LTX_DECODE_TIMESTEP = 0.05  # the 0.9.8 releases' decode timestep (the decode noise scale defaults to it in both)
+LTX_FIRST_TIMESTEP = 1000.0  # LTXConditionPipeline's first timestep (1000 x its first linear-quadratic sigma, 1.0)
+
+
+def _ltx_latent_shape(frames: int, height: int, width: int) -> tuple[int, ...]:
+    return (1, 128, (frames - 1) // 8 + 1, height // 32, width // 32)  # every release: 128 channels, 32x, 8x
+
+
+def _ltx_tokens(cfg: BenchConfig, frames: int, height: int, width: int) -> int:
+    """Video tokens per CFG half (patch size 1 in every release)."""
+    _, _, f, h, w = _ltx_latent_shape(frames, height, width)
+    return f * h * w
+
+
+def _ltx_decode_noise(shape) -> Any:
+    """The noise both contenders mix into the latents before a timestep-conditioned decode (the same draw)."""
+    return _latents(shape, 8)
+
+
+def _ltx_write(folder: Path, cfg: BenchConfig) -> None:
+    from vidax.models.ltx.demo import write_demo_checkpoint
+
+    write_demo_checkpoint(folder, seed=0, variant="0.9.8", transformer_overrides=dict(cfg.transformer),
+                          vae_overrides=dict(cfg.vae), text_overrides=dict(cfg.text))
+
+
+_ltx_convert = _converter("vidax.models.ltx.layout")
+
+
+class LTXVidax(WanVidax):
+    """vidax's ``LTXPipeline`` (JAX), measured through its own stages; the folder's ``model_index.json`` names
+    ``LTXConditionPipeline``, so it samples with that pipeline's semantics."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        self.cache_events = _jax_setup(jax_cache)
+        from vidax.models.ltx import pipeline  # noqa: F401  (imports are not load time)
+
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+
+        from vidax.models.ltx.pipeline import LTXPipeline
+
+        self.pipe = LTXPipeline.from_pretrained(self.folder, dtype=self.dtype)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.block_chunks and self.pipe.block_chunks.chunks))
+
+    def encode(self) -> None:
+        import jax
+
+        from vidax.models.ltx.pipeline import MAX_SEQUENCE_LENGTH
+
+        pipe = self.pipe
+        # [negative, prompt], as the reference batches them; 256 tokens for LTXConditionPipeline folders
+        text, self.lengths = pipe.encode_prompt([NEGATIVE, PROMPT], MAX_SEQUENCE_LENGTH[pipe.pipeline_class])
+        self.context = text.astype(pipe.compute_dtype)
+        jax.block_until_ready((self.context, self.lengths))
+
+    def prepare(self, latents) -> float:
+        """Compile the guided step for this latent shape (as ``LTXPipeline.__call__`` does); return seconds."""
+        import jax.numpy as jnp
+
+        from vidax.models.ltx.pipeline import pack_latents
+
+        pipe = self.pipe
+        cos, sin = (jnp.asarray(a) for a in pipe.rope(tuple(latents.shape[2:]), LTX_FRAME_RATE))
+        x = pack_latents(jnp.asarray(latents))  # the sampler state: float32 tokens (B, F'H'W', 128)
+        t = jnp.full((latents.shape[0],), LTX_FIRST_TIMESTEP, jnp.float32)
+        self.args = (pipe.transformer_params, x, t, self.context, self.lengths, cos, sin, jnp.float32(GUIDANCE),
+                     jnp.float32(0.0))
+        t0 = time.perf_counter()
+        self.compiled = pipe.compile_step(*self.args[1:], guided=True, rescale=False)
+        return time.perf_counter() - t0
+
+    def decode(self, latents):
+        import jax
+
+        from vidax.models.ltx.conditioning import Draws
+
+        noise = _ltx_decode_noise(latents.shape)
+        draws = Draws(jax.random.key(0),
+                      lambda purpose, index, shape: noise if (purpose, index) == ("decode", 0) else None)
+        return self.pipe.decode_latents(latents, LTX_DECODE_TIMESTEP, None, draws)
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        out = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, frame_rate=LTX_FRAME_RATE,
+                        num_inference_steps=steps, guidance_scale=GUIDANCE, latents=latents,
+                        decode_timestep=LTX_DECODE_TIMESTEP, decode_noise=_ltx_decode_noise(latents.shape),
+                        output_type="float", progress=False)
+        m = out.metrics
+        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
+        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
+                            "jax_cache_requests": self.cache_events["requests"]}
+
+
+class LTXDiffusers(WanDiffusers):
+    """diffusers' ``LTXConditionPipeline`` (PyTorch, CPU), text-to-video (no conditions)."""
+
+    PIPELINE, TRANSFORMER = "LTXConditionPipeline", "LTXVideoTransformer3DModel"
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        super().__init__(folder, dtype, jax_cache)
+        import diffusers.pipelines.ltx.pipeline_ltx_condition as module
+
+        self.module = module  # its randn_tensor is replaced during a generation (see _call)
+
+    def encode(self) -> None:
+        with self.torch.no_grad():
+            pe, pm, ne, nm = self.pipe.encode_prompt(PROMPT, NEGATIVE, do_classifier_free_guidance=True,
+                                                     max_sequence_length=256)
+        # diffusers.LTXConditionPipeline.__call__: [negative, prompt]
+        self.context, self.mask = self.torch.cat([ne, pe]).to(self.tdtype), self.torch.cat([nm, pm])
+
+    def prepare(self, latents) -> float:
+        torch, pipe = self.torch, self.pipe
+        b, _, f, h, w = latents.shape
+        p, pt = pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size
+        self.x = pipe._pack_latents(torch.from_numpy(latents), p, pt)  # the sampler state, float32
+        # diffusers.LTXConditionPipeline.prepare_latents / __call__ without conditions: pixel coordinates of each
+        # token, time divided by the frame rate, repeated for the two CFG halves; timestep (2B, 1).
+        ids = pipe._prepare_video_ids(b, f, h, w, p, pt)
+        coords = pipe._scale_video_ids(ids, pipe.vae_spatial_compression_ratio, pipe.vae_temporal_compression_ratio,
+                                       0).float()
+        coords[:, 0] = coords[:, 0] * (1.0 / LTX_FRAME_RATE)
+        self.coords = torch.cat([coords, coords])
+        self.t = torch.full((2 * b, 1), LTX_FIRST_TIMESTEP)
+        return 0.0
+
+    def step(self) -> None:
+        torch, tr = self.torch, self.pipe.transformer
+        with torch.no_grad():  # diffusers.LTXConditionPipeline.__call__, one denoising step
+            x = torch.cat([self.x] * 2).to(self.tdtype)
+            with tr.cache_context("cond_uncond"):
+                pred = tr(hidden_states=x, encoder_hidden_states=self.context, timestep=self.t,
+                          encoder_attention_mask=self.mask, video_coords=self.coords, attention_kwargs=None,
+                          return_dict=False)[0]
+            uncond, text = pred.chunk(2)
+            self.noise_pred = uncond + GUIDANCE * (text - uncond)
+
+    def decode(self, latents):
+        torch, pipe = self.torch, self.pipe
+        vae = pipe.vae
+        with torch.no_grad():  # diffusers.LTXConditionPipeline.__call__ after the loop
+            z = pipe._denormalize_latents(torch.from_numpy(latents), vae.latents_mean, vae.latents_std,
+                                          vae.config.scaling_factor)
+            timestep = None
+            if vae.config.timestep_conditioning:
+                s = LTX_DECODE_TIMESTEP
+                z = (1 - s) * z + s * torch.from_numpy(_ltx_decode_noise(latents.shape))
+                timestep = torch.tensor([LTX_DECODE_TIMESTEP])
+            return vae.decode(z, timestep, return_dict=False)[0].float().numpy()
+
+    def _call(self, frames: int, height: int, width: int, steps: int, latents, on_step):
+        """``LTXConditionPipeline`` draws its initial noise itself and ignores ``latents=`` for text-to-video (it
+        uses them only with ``denoise_strength < 1``), so its ``randn_tensor`` hands it this run's latents and then
+        the decode noise, the two draws it makes, in its order; vidax gets the same arrays as arguments."""
+        torch = self.torch
+        queue = [latents, _ltx_decode_noise(latents.shape)]
+
+        def randn_tensor(shape, generator=None, device=None, dtype=None, layout=None):
+            a = queue.pop(0)
+            if tuple(a.shape) != tuple(shape):
+                raise RuntimeError(f"LTXConditionPipeline drew noise of shape {tuple(shape)}, expected {a.shape}")
+            return torch.from_numpy(a).to(dtype or torch.float32)
+
+        original = self.module.randn_tensor
+        self.module.randn_tensor = randn_tensor
+        try:
+            frames_out = self.pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=height, width=width,
+                                   num_frames=frames, frame_rate=LTX_FRAME_RATE, num_inference_steps=steps,
+                                   guidance_scale=GUIDANCE, decode_timestep=LTX_DECODE_TIMESTEP, output_type="np",
+                                   callback_on_step_end=on_step).frames
+        finally:
+            self.module.randn_tensor = original
+        if queue:
+            raise RuntimeError(f"LTXConditionPipeline made {2 - len(queue)} of its 2 noise draws")
+        return frames_out
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
@@ -570,6 +787,8 @@ FAMILIES: dict[str, Family] = {
                           {"vidax": WanVidax, "diffusers": WanDiffusers}),
     "cogvideox": Family(_cog_write, _cog_convert, _cog_latent_shape, _cog_tokens,
                         {"vidax": CogVidax, "diffusers": CogDiffusers}),
+    "ltx": Family(_ltx_write, _ltx_convert, _ltx_latent_shape, _ltx_tokens,
+                  {"vidax": LTXVidax, "diffusers": LTXDiffusers}),
 }
 
 
@@ -1155,7 +1374,8 @@ def write_markdown(rec: dict, png: Path | None) -> None:
               "text-to-video pipelines read only the VAE's decoder side (the encoder side loads at the first image: "
               "docs/design.md \"Host memory\"). The step target is judged on the geometric mean over the token counts. "
               + ("vidax's step runs its CPU default block loop: one compiled block program called once per block over "
-                 "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). "),
+                 "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). ")
+              + (cfg.findings and cfg.findings + " "),
               "", f"Contention: every measurement records the share of the machine's CPU that other processes used "
               f"meanwhile (machine-wide busy time from `/proc/stat` minus the measured process's own CPU time). Medians "
               f"and ranges are over the quiet measurements (others under {QUIET:.0%}) when there are at least 2, and the "
@@ -1182,7 +1402,7 @@ def _png(cfg: BenchConfig) -> Path:
     return ROOT / "docs" / "benchmarks" / ("step_time.png" if cfg.name == "a" else f"step_time-{cfg.name}.png")
 
 
-FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX"}
+FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX", "ltx": "LTX-Video"}
 
 
 def plot(rec: dict, png: Path) -> Path | None:

@@ -37,6 +37,16 @@ def test_compare_configs_are_consistent():
     # the transformer has the real Wan2.1 1.3B width
     assert a.transformer["num_attention_heads"] * a.transformer["attention_head_dim"] == 1536
     assert a.transformer["ffn_dim"] == 8960 and a.text["d_model"] == 4096
+    # config d: LTX-Video 2B width, the 0.9.5+ VAE as released (diffusers' convert_ltx_to_diffusers.py, "0.9.5")
+    d = CONFIGS["d"]
+    assert d.family == "ltx" and d.transformer["num_attention_heads"] * d.transformer["attention_head_dim"] == 2048
+    assert d.transformer["cross_attention_dim"] == 2048 and d.text["d_model"] == 4096  # caption_channels 4096
+    assert d.vae["block_out_channels"] == [128, 256, 512, 1024, 2048]
+    assert d.vae["decoder_block_out_channels"] == [256, 512, 1024] and d.vae["decoder_layers_per_block"] == [5, 5, 5, 5]
+    assert d.vae["down_block_types"] == ["LTXVideo095DownBlock3D"] * 4 and d.vae["timestep_conditioning"]
+    tokens = [FAMILIES["ltx"].tokens(d, *shape) for shape in d.sweep]
+    assert all((f - 1) % 8 == 0 and h % 32 == 0 and w % 32 == 0 for f, h, w in (d.base, *d.sweep, *d.bf16_sweep))
+    assert tokens == sorted(tokens) and 100 <= tokens[0] and tokens[-1] <= 1500
 
 
 def test_gpu_step_flops_and_estimates():
@@ -113,16 +123,18 @@ def test_gpu_step_runs_on_a_tiny_model(tmp_path):
     assert "| 14b-720p | diffusers | | | not run |" in text
 
 
-@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox"])
+@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
-    gives the same noise prediction (the comparison compares one computation), and both decode."""
+    gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
     import numpy as np
 
     from bench import compare
 
     fam = compare.FAMILIES[family]
-    tiny = compare.BenchConfig("tiny", family, {}, {}, {}, base=(9, 64, 64), sweep=((9, 64, 64),))
+    # LTX latents have 128 channels in every release (the bench's latent shape); the demo's tiny default is 16.
+    overrides = ({"in_channels": 128, "out_channels": 128}, {"latent_channels": 128}) if family == "ltx" else ({}, {})
+    tiny = compare.BenchConfig("tiny", family, overrides[0], overrides[1], {}, base=(9, 64, 64), sweep=((9, 64, 64),))
     folder = tmp_path / "ckpt"
     if family == "cogvideox":
         from vidax.models.cogvideox.demo import write_demo_checkpoint
@@ -132,17 +144,21 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
         fam.write_checkpoint(folder, tiny)
     latents = compare._latents(fam.latent_shape(*tiny.base))
     engines = {n: cls(folder, "float32", None) for n, cls in fam.contenders.items()}
-    preds = {}
+    preds, videos = {}, {}
     for n, e in engines.items():
         e.load()
         e.encode()
         e.prepare(latents)
         e.step()
         preds[n] = np.asarray(e.compiled(*e.args) if n == "vidax" else e.noise_pred.numpy())
-        assert np.asarray(e.decode(latents)).size > 0
+        videos[n] = np.asarray(e.decode(latents))
+        assert videos[n].size > 0
     ref = preds["diffusers"]
     assert preds["vidax"].shape == ref.shape and np.linalg.norm(preds["vidax"] - ref) / np.linalg.norm(ref) < 1e-4
     assert fam.tokens(tiny, *tiny.base) > 0
+    if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
+        raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
+        assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
 
 
 def test_a_converted_folder_with_unaligned_tensors_is_written_again(tmp_path):
