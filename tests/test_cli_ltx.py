@@ -75,7 +75,7 @@ def test_convert_inspect_and_generate_from_the_converted_folder(ckpt, tmp_path, 
     (["--sampler", "unipc"], "not an LTX-Video sampler"),
     (["--num-frames", "20"], "num_frames=20 must be of the form 8k+1"),
     (["--height", "70"], "height=70 must be a positive multiple of 32"),
-    (["--preset", "ltx-video-0.9.8-2b-distilled", "--steps", "3"], "--steps 3 and 8 timesteps disagree"),
+    (["--timesteps", "1000,500,20", "--steps", "4"], "--steps 4 and 3 timesteps disagree"),
 ])
 def test_bad_arguments_fail_before_loading(ckpt, tmp_path, capsys, flags, message):
     assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "a", "--out", str(tmp_path / "x.mp4"), *flags]) == 2
@@ -110,3 +110,81 @@ def test_first_and_last_frame(ckpt, tmp_path, monkeypatch):
     first, last = seen["conditions"]
     assert (first.frame_index, last.frame_index) == (0, 16) and first.strength == last.strength == 1.0
     assert read_video(tmp_path / "flf.mp4")[0].shape == (17, 64, 96, 3)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--preset", "wan2.1-t2v-1.3b-480p"], "is not a LTX-Video preset"),
+    (["--flow-shift", "3"], "--flow-shift: not used by LTX-Video"),
+    (["--auto-split", "--memory-gb", "4"], "--auto-split --memory-gb: not used by LTX-Video"),
+    (["--image", "IMG", "--last-image", "IMG", "--num-frames", "1"], "--last-image needs a video of more than one frame"),
+    (["--preset", "ltx-video-0.9.8-2b-distilled", "--steps", "4"], "pass them with --timesteps"),
+])
+def test_flags_that_would_be_ignored_or_conflict_are_refused(ckpt, tmp_path, capsys, flags, message):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "i.png")
+    flags = [str(tmp_path / "i.png") if f == "IMG" else f for f in flags]
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "a", "--out", str(tmp_path / "x.mp4"), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--steps", "0"], ["--tp", "0"], ["--sp", "-1"], ["--fps", "5000"]])
+def test_argparse_refuses_non_positive_sizes(ckpt, tmp_path, flags):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "--checkpoint", str(ckpt), "--prompt", "a", "--out", str(tmp_path / "x.mp4"), *flags])
+    assert e.value.code == 2
+
+
+def test_last_image_on_an_ltx_pipeline_folder_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    from PIL import Image
+
+    folder = write_demo_checkpoint(tmp_path / "ltx091", variant="0.9.1")
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "i.png")
+    monkeypatch.setattr(LTXPipeline, "from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
+    assert main(["generate", "--checkpoint", str(folder), "--prompt", "a", "--image", str(tmp_path / "i.png"),
+                 "--last-image", str(tmp_path / "i.png"), *SIZE, "--out", str(tmp_path / "x.mp4")]) == 2
+    assert "--last-image needs an LTXConditionPipeline checkpoint" in capsys.readouterr().err
+
+
+def test_unsupported_and_corrupt_folders_say_so(ckpt, tmp_path, capsys):
+    import shutil
+
+    upsampler = tmp_path / "upsampler"
+    shutil.copytree(ckpt, upsampler)
+    index = json.loads((upsampler / "model_index.json").read_text())
+    (upsampler / "model_index.json").write_text(json.dumps({**index, "_class_name": "LTXLatentUpsamplePipeline"}))
+    assert main(["generate", "--checkpoint", str(upsampler), "--prompt", "a", *SIZE, "--out",
+                 str(tmp_path / "x.mp4")]) == 2
+    assert "describes 'LTXLatentUpsamplePipeline', which vidax does not run" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    shutil.copytree(ckpt, broken)
+    (broken / "tokenizer" / "tokenizer.json").write_text('{"version": 1, 2: 3}')
+    assert main(["generate", "--checkpoint", str(broken), "--prompt", "a", *SIZE, "--out", str(tmp_path / "y.mp4")]) == 2
+    assert "tokenizer.json: not a valid tokenizer file" in capsys.readouterr().err
+
+
+def test_sigterm_leaves_no_partial_output(ckpt, tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    def terminate(self, *a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(LTXPipeline, "__call__", terminate)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "a", *SIZE, "--out", str(tmp_path / "x.mp4")]) == 143
+    assert "terminated; no output was written" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
+
+
+def test_image_paths_that_are_folders_or_16_bit(tmp_path):
+    from PIL import Image
+
+    from vidax.core.images import ImageError, load_image
+
+    with pytest.raises(ImageError, match="is a folder; pass an image file"):
+        load_image(tmp_path)
+    Image.fromarray(np.full((20, 20), 40000, np.uint16)).save(tmp_path / "deep.png")
+    with pytest.warns(UserWarning, match="16-bit or float"):
+        load_image(tmp_path / "deep.png")

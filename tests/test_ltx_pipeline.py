@@ -358,3 +358,67 @@ def test_presets_cover_every_ltx_video_row_of_the_paper_table():
         assert len(match) == 1, f"no preset for {r}"
         if kind == "distilled":
             assert match[0].timesteps is not None and len(match[0].timesteps) == int(r["steps"])
+
+
+def test_bad_call_arguments_are_refused(pipes):
+    """Found by a new-user hunt: each ran silently (or failed deep inside) before."""
+    from vidax.models.ltx.conditioning import LTXVideoCondition
+
+    _, ours, _ = pipes("0.9.8")
+    kw = dict(height=H, width=W, num_frames=F, progress=False)
+    cases = [
+        (dict(num_inference_steps=0), "num_inference_steps=0 must be a positive integer"),
+        (dict(num_inference_steps=2.5), "num_inference_steps=2.5 must be a positive integer"),
+        (dict(timesteps=[0.0, 500.0, 1000.0]), "must strictly decrease"),
+        (dict(timesteps=[1000.0, 500.0, 500.0]), "must strictly decrease"),
+        (dict(decode_timestep=-1.0), r"decode_timestep=-1.0 must be a number in \[0, 1\]"),
+        (dict(decode_timestep=float("nan")), "decode_timestep=nan"),
+        (dict(decode_noise_scale=1e6), "decode_noise_scale=1000000.0"),
+        (dict(image_cond_noise_scale=-1.0), "image_cond_noise_scale=-1.0 must be a number in zero or positive"),
+        (dict(max_sequence_length=0), "max_sequence_length=0 must be a positive integer"),
+        (dict(frame_rate=True), "frame_rate=True"),
+        (dict(frame_rate=1e12), r"frame_rate=1000000000000.0 must be a number of frames per second in \(0, 1000\]"),
+        (dict(conditions=[LTXVideoCondition(image=_image(0), strength=True)]), "strength=True must be in"),
+        (dict(conditions=[LTXVideoCondition(image=_image(0), frame_index=True)]), "frame_index=True must be an integer"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(ValueError, match=message):
+            ours(PROMPT, **kw, **extra)
+
+
+def test_a_single_condition_need_not_be_in_a_list(pipes):
+    from vidax.models.ltx.conditioning import LTXVideoCondition
+
+    _, ours, _ = pipes("0.9.8")
+    kw = dict(height=H, width=W, num_frames=F, num_inference_steps=1, guidance_scale=1.0, output_type="float",
+              progress=False)
+    one = ours(PROMPT, conditions=LTXVideoCondition(image=_image(0)), **kw)
+    np.testing.assert_array_equal(one.frames, ours(PROMPT, conditions=[LTXVideoCondition(image=_image(0))], **kw).frames)
+
+
+def test_scheduler_configuration_errors_name_the_file(pipes, tmp_path):
+    import json
+    import shutil
+
+    folder, _, _ = pipes("0.9.8")
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    path = copy / "scheduler" / "scheduler_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "use_dynamic_shifting": True}))
+    pipe = LTXPipeline.from_pretrained(copy, dtype="float32")
+    with pytest.raises(ValueError, match=r"scheduler_config.json: use_dynamic_shifting is true.*set it to false"):
+        pipe(PROMPT, height=H, width=W, num_frames=F, num_inference_steps=2, progress=False)
+    pipe.scheduler_config = {**config, "_class_name": "UniPCMultistepScheduler"}
+    with pytest.raises(ValueError, match="scheduler_config.json: LTX-Video samples with FlowMatchEulerDiscreteScheduler"):
+        pipe(PROMPT, height=H, width=W, num_frames=F, num_inference_steps=2, progress=False)
+
+
+def test_configs_the_pipelines_cannot_run_are_refused():
+    from vidax.models.ltx.config import LTXVideoTransformerConfig
+    from vidax.models.ltx.vae import LTXVideoVAEConfig
+
+    with pytest.raises(ValueError, match="patch_size=2, patch_size_t=1 .only 1 and 1"):
+        LTXVideoTransformerConfig.from_dict({"patch_size": 2})
+    with pytest.raises(ValueError, match="scaling_factor=0"):
+        LTXVideoVAEConfig.from_dict({"scaling_factor": 0.0})

@@ -6,8 +6,10 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -47,6 +49,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _fps(text: str) -> int:
+    value = _positive_int(text)
+    if value > 1000:
+        raise argparse.ArgumentTypeError(f"must be at most 1000 frames per second, got {text}")
+    return value
+
+
 def _seed(text: str) -> int:
     from vidax.core.inputs import check_seed
 
@@ -74,6 +83,7 @@ def _timesteps(text: str) -> tuple[float, ...]:
 _positive_int.__name__ = "positive integer"
 _finite_float.__name__ = _positive_float.__name__ = _non_negative_float.__name__ = "number"
 _seed.__name__ = "seed"
+_fps.__name__ = "frame rate"
 _timesteps.__name__ = "timesteps"
 
 
@@ -95,10 +105,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="Wan2.2 A14B: guidance of the low-noise expert (default: --guidance-scale)")
     g.add_argument("--preset", choices=sorted(PRESETS) + sorted(_cogvideox_presets()) + sorted(_ltx_presets()), default=None,
                    help="reference settings of a benchmark row (size, frames, steps, shift, dtype)")
-    g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16")
-    g.add_argument("--width", type=int, default=None, help="pixels, multiple of 16")
+    g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16 (32 for LTX-Video)")
+    g.add_argument("--width", type=int, default=None, help="pixels, multiple of 16 (32 for LTX-Video)")
     g.add_argument("--num-frames", type=int, default=None, help="4k+1 frames (Wan), 8k+1 (CogVideoX, LTX-Video)")
-    g.add_argument("--steps", type=int, default=None, help="sampler steps")
+    g.add_argument("--steps", type=_positive_int, default=None, help="sampler steps")
     g.add_argument("--guidance-scale", type=_finite_float, default=None, help="CFG scale; 1 or below turns CFG off")
     g.add_argument("--flow-shift", type=_positive_float, default=None, help="default: the checkpoint scheduler's shift")
     g.add_argument("--sampler", choices=["unipc", "euler", "ddim", "dpm"], default=None,
@@ -115,9 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
     g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash", "cpu_flash"],
                    default="auto", help="attention kernel; auto: cudnn on GPU, splash on TPU, cpu_flash on CPU")
-    g.add_argument("--dp", type=int, default=1, help="data-parallel size (CFG halves split over it)")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides the head count)")
-    g.add_argument("--sp", type=int, default=1, help="sequence-parallel size (Ulysses); dp*tp*sp = device count")
+    g.add_argument("--dp", type=_positive_int, default=1, help="data-parallel size (CFG halves split over it)")
+    g.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size (divides the head count)")
+    g.add_argument("--sp", type=_positive_int, default=1, help="sequence-parallel size (Ulysses); dp*tp*sp = device count")
     g.add_argument("--offload-chunk", type=int, default=None, metavar="N",
                    help="keep the transformer blocks in host memory and stream them to the devices N at a time")
     g.add_argument("--offload-serial", action="store_true",
@@ -140,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--coordinator-address", default=None, help="with --distributed: host:port of process 0")
     g.add_argument("--num-processes", type=int, default=None, help="with --distributed: number of processes")
     g.add_argument("--process-id", type=int, default=None, help="with --distributed: this process's index")
-    g.add_argument("--fps", type=_positive_int, default=None,
+    g.add_argument("--fps", type=_fps, default=None,
                    help="frames per second of the mp4 (default: the model's)")
     g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
     g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
@@ -244,8 +254,8 @@ def check_outputs(args) -> Path:
         that cannot be written, or both flags naming the same file.
     """
     out = Path(args.out).expanduser()
-    if out.suffix.lower() != ".mp4":
-        raise ValueError(f"--out {out} must end in .mp4")
+    if out.suffix.lower() != ".mp4":  # (".mp4" alone is a hidden file without a suffix)
+        raise ValueError(f"--out {out} must be a file name ending in .mp4, e.g. {out.with_name('video.mp4')}")
     _check_writable(out, "--out")
     if args.metrics_json:
         metrics = Path(args.metrics_json).expanduser()
@@ -260,7 +270,8 @@ def check_outputs(args) -> Path:
 def _check_writable(path: Path, flag: str) -> None:
     """Raise ValueError naming ``flag`` and ``path`` unless a file can be written at ``path``."""
     if path.is_dir():
-        raise ValueError(f"{flag} {path} is a folder; pass a file path inside it, e.g. {path / 'video.mp4'}")
+        example = path / ("metrics.json" if flag == "--metrics-json" else "video.mp4")
+        raise ValueError(f"{flag} {path} is a folder; pass a file path inside it, e.g. {example}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
@@ -293,7 +304,9 @@ def generate_cogvideox(args) -> int:
     if args.image or args.last_image:
         raise ValueError("vidax generate runs CogVideoX text-to-video; for image-to-video use "
                          "vidax.models.cogvideox.pipeline.CogVideoXImageToVideoPipeline from Python")
-    pr = _cogvideox_presets().get(args.preset)
+    _refuse_flags(args, "CogVideoX", _WAN_ONLY_FLAGS + (("--offload-chunk", "offload_chunk", None),
+                                                        ("--offload-serial", "offload_serial", False)))
+    pr = _family_preset(args, _cogvideox_presets(), "CogVideoX")
     height = args.height or (pr.height if pr else 480)
     width = args.width or (pr.width if pr else 720)
     num_frames = args.num_frames or (pr.num_frames if pr else 49)
@@ -303,6 +316,8 @@ def generate_cogvideox(args) -> int:
     if sampler not in (None, "ddim", "dpm"):
         raise ValueError(f"--sampler {sampler} is not a CogVideoX sampler; choose ddim or dpm")
     out = check_outputs(args)
+    if args.distributed:
+        init_distributed(args)
     t0 = time.perf_counter()
     pipe = CogVideoXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
                                              attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
@@ -317,6 +332,29 @@ def generate_cogvideox(args) -> int:
     if write_outputs(result.frames[0], m, out, args.metrics_json, args.fps or result.fps):
         print(f"wrote {out}: {num_frames} frames {width}x{height} in {m['total_s']:.1f}s")
     return 0
+
+
+#: Flags of the Wan pipelines that the other families do not take (flag, attribute, value when not given).
+_WAN_ONLY_FLAGS = (("--flow-shift", "flow_shift", None), ("--guidance-scale-2", "guidance_scale_2", None),
+                   ("--max-area", "max_area", None), ("--auto-split", "auto_split", False),
+                   ("--memory-gb", "memory_gb", None))
+
+
+def _refuse_flags(args, family: str, flags) -> None:
+    """Raise ValueError naming every given flag that ``family`` does not use (rather than ignoring it)."""
+    given = [flag for flag, attr, unset in flags if getattr(args, attr) != unset]
+    if given:
+        raise ValueError(f"{' '.join(given)}: not used by {family} (Wan-only settings); leave them out")
+
+
+def _family_preset(args, presets: dict, family: str):
+    """The ``--preset`` of this family, or None; a preset of another family is an error."""
+    if args.preset is None:
+        return None
+    if args.preset not in presets:
+        raise ValueError(f"--preset {args.preset} is not a {family} preset, and {args.checkpoint} is a {family} checkpoint; "
+                         f"{family} presets: {', '.join(sorted(presets))}")
+    return presets[args.preset]
 
 
 def _ltx_presets() -> dict:
@@ -342,7 +380,8 @@ def generate_ltx(args) -> int:
 
     if args.sampler not in (None, "euler"):
         raise ValueError(f"--sampler {args.sampler} is not an LTX-Video sampler; LTX-Video samples with euler")
-    pr = _ltx_presets().get(args.preset)
+    _refuse_flags(args, "LTX-Video", _WAN_ONLY_FLAGS)
+    pr = _family_preset(args, _ltx_presets(), "LTX-Video")
 
     def pick(flag, preset_value, default):
         return flag if flag is not None else (preset_value if pr else default)
@@ -362,9 +401,21 @@ def generate_ltx(args) -> int:
     # Checks before anything is loaded (every released LTX-Video VAE compresses 32x space, 8x time).
     check_inputs(LTXVideoVAEConfig(), height, width, num_frames, frame_rate)
     if timesteps is not None and args.steps is not None and args.steps != len(timesteps):
+        if args.timesteps is None:
+            raise ValueError(f"--preset {args.preset} samples its {len(timesteps)} distilled timesteps; to sample other "
+                             "ones pass them with --timesteps (e.g. --timesteps 1000,975,909,725), not --steps")
         raise ValueError(f"--steps {args.steps} and {len(timesteps)} timesteps disagree; pass one of them")
-    if args.last_image and not args.image:
-        raise ValueError("--last-image needs --image (the first frame) as well")
+    if args.last_image:
+        from vidax.models.ltx.layout import resolve_checkpoint
+
+        if not args.image:
+            raise ValueError("--last-image needs --image (the first frame) as well")
+        if num_frames < 2:
+            raise ValueError("--last-image needs a video of more than one frame (e.g. --num-frames 121)")
+        ckpt = resolve_checkpoint(args.checkpoint)  # index files only
+        if ckpt.pipeline_class != "LTXConditionPipeline":
+            raise ValueError(f"--last-image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); "
+                             f"{args.checkpoint} is an {ckpt.pipeline_class} folder, which takes --image only")
     image = load_image(args.image, "--image") if args.image else None
     last = load_image(args.last_image, "--last-image") if args.last_image else None
     if last is not None:
@@ -372,6 +423,8 @@ def generate_ltx(args) -> int:
     elif image is not None:
         settings["image"] = image
     out = check_outputs(args)
+    if args.distributed:
+        init_distributed(args)
     t0 = time.perf_counter()
     pipe = LTXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
                                        attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
@@ -647,13 +700,26 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"vidax: warning: {message}", file=file or sys.stderr)
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks remove temporary outputs."""
+
+
+def _terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a ``vidax`` command. Returns the exit status: 0 done, 1 ``inspect`` found a mismatch, 2 an error
-    (one ``vidax: error:`` line naming the fix), 130 interrupted (Ctrl-C)."""
+    (one ``vidax: error:`` line naming the fix), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 the output
+    pipe closed."""
     args = _parser().parse_args(argv)
     commands = {"generate": generate, "inspect": inspect, "plan": plan, "convert": convert}
     shown = warnings.showwarning
     warnings.showwarning = _show_warning
+    handler = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C, so temporary output files are removed.
+        handler = signal.signal(signal.SIGTERM, _terminated)
     try:
         return commands[args.command](args)
     # CheckpointError is a ValueError; OSError: missing or existing files; FloatingPointError: a NaN video.
@@ -663,8 +729,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # nothing half-written: every output goes to a temporary file first
         print("vidax: interrupted; no output was written", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("vidax: terminated; no output was written", file=sys.stderr)
+        return 143
+    except BrokenPipeError:  # the reader of our output went away (`vidax inspect ... | head`)
+        sys.stderr.close()
+        return 141
     finally:
         warnings.showwarning = shown
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,16 @@ def load_image(image: Any, what: str = "image"):
 
     if isinstance(image, (str, os.PathLike)):
         path = Path(image)
+        if path.is_dir():
+            raise ImageError(f"{what} {path} is a folder; pass an image file")
         if not path.is_file():
             raise ImageError(f"{what} {path}: file not found")
         try:
             with Image.open(path) as f:
                 f.load()
                 img = f.copy()
+        except Image.DecompressionBombError as e:
+            raise ImageError(f"{what} {path}: {e}; resize it first (the video is far smaller)") from e
         except (UnidentifiedImageError, OSError, SyntaxError) as e:
             raise ImageError(f"{what} {path}: not a readable image ({type(e).__name__}: {e})") from e
     elif isinstance(image, Image.Image):
@@ -48,6 +53,11 @@ def load_image(image: Any, what: str = "image"):
         img = Image.fromarray(image)
     else:
         raise TypeError(f"{what}: expected a path, a PIL image or a uint8 array, got {type(image).__name__}")
+    if img.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+        # PIL converts these to 8-bit RGB by clipping to 255 (16-bit images come out nearly white), as the
+        # reference pipelines' PIL preprocessing does too.
+        warnings.warn(f"{what} is a {img.mode} (16-bit or float) image; it is converted to 8-bit RGB by clipping "
+                      "values above 255, as the reference does: save it as 8-bit RGB to keep its tones")
     if min(img.size) < MIN_IMAGE_SIDE:
         raise ImageError(f"{what} is {img.width}x{img.height} pixels; at least {MIN_IMAGE_SIDE} pixels per side are needed")
     return img

@@ -125,5 +125,6 @@ def check_finite_video(video: np.ndarray) -> None:
     """
     if not math.isfinite(float(np.sum(video, dtype=np.float64))) and not np.isfinite(video).all():
         raise FloatingPointError(
-            "the generated video holds NaN or infinite values (it would be written as black frames): check the "
-            "checkpoint's weights (vidax inspect), and try dtype float32 if the run was bfloat16")
+            "the generated video holds NaN or infinite values (it would be written as black frames): the weights or a "
+            "configuration value produce non-finite numbers (vidax inspect checks names, shapes and dtypes, not "
+            "values); try dtype float32 if the run was bfloat16")

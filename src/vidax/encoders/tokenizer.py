@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from vidax.checkpoint.errors import CheckpointError
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
 
@@ -93,6 +95,7 @@ class Tokenizer:
 
         Raises:
           FileNotFoundError: no ``tokenizer.json``, naming the path looked at.
+          CheckpointError: a ``tokenizer.json`` the tokenizers library cannot read.
         """
         folder = Path(folder)
         if not any((folder / n).is_file() for n in ("tokenizer.json", "spiece.model")) and (folder / "tokenizer").is_dir():
@@ -108,7 +111,11 @@ class Tokenizer:
         kwargs = dict(pad_token=pick("pad_token", "<pad>"), eos_token=pick("eos_token", "</s>"),
                       model_max_length=int(max_len) if isinstance(max_len, (int, float)) and max_len < 1e12 else None)
         if path.is_file():
-            return cls(_HFTokenizer.from_file(str(path)), **kwargs)
+            try:
+                tok = _HFTokenizer.from_file(str(path))
+            except Exception as e:  # the tokenizers library raises a bare Exception on a malformed file
+                raise CheckpointError(f"{path}: not a valid tokenizer file ({e}); re-download the tokenizer folder") from e
+            return cls(tok, **kwargs)
         if (folder / "spiece.model").is_file():
             return SentencePieceTokenizer(folder / "spiece.model", **kwargs)
         raise FileNotFoundError(

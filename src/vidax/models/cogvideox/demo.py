@@ -24,6 +24,7 @@ and generation path end to end; a real checkpoint works by changing only the fol
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from vidax.models import t5_folder
@@ -153,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.if_absent and (folder / "model_index.json").is_file():
         print(f"{folder}: demo checkpoint present")
         return 0
-    write_demo_checkpoint(folder, seed=args.seed, variant=args.variant)
+    try:
+        write_demo_checkpoint(folder, seed=args.seed, variant=args.variant)
+    except FileExistsError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
     print(f"{folder}: wrote CogVideoX demo checkpoint ({args.variant})")
     return 0
 

@@ -99,10 +99,12 @@ def condition_pixels(cond: LTXVideoCondition, height: int, width: int, num_frame
     """
     if (cond.image is None) == (cond.video is None):
         raise ValueError("an LTXVideoCondition takes exactly one of image and video")
-    if not (isinstance(cond.frame_index, (int, np.integer)) and 0 <= cond.frame_index < num_frames):
+    if isinstance(cond.frame_index, bool) or not (isinstance(cond.frame_index, (int, np.integer))
+                                                  and 0 <= cond.frame_index < num_frames):
         raise ValueError(f"condition frame_index={cond.frame_index!r} must be an integer in [0, {num_frames - 1}] "
                          f"(a frame of the {num_frames}-frame video)")
-    if not (isinstance(cond.strength, (int, float, np.number)) and 0.0 <= cond.strength <= 1.0):
+    if isinstance(cond.strength, bool) or not (isinstance(cond.strength, (int, float, np.number))
+                                               and 0.0 <= cond.strength <= 1.0):
         raise ValueError(f"condition strength={cond.strength!r} must be in [0, 1] (1.0: held fixed)")
     if cond.image is not None:
         frames = [load_image(cond.image, "condition image")]

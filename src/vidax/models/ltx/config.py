@@ -73,8 +73,10 @@ class LTXVideoTransformerConfig:
             problems.append(f"cross_attention_dim={self.cross_attention_dim} != heads * head_dim = {self.dim}")
         if self.dim % 2:
             problems.append(f"width {self.dim} (RoPE needs an even width)")
-        if self.patch_size < 1 or self.patch_size_t < 1:
-            problems.append(f"patch_size={self.patch_size}, patch_size_t={self.patch_size_t}")
+        if (self.patch_size, self.patch_size_t) != (1, 1):
+            # Every release has one token per latent pixel; the pipelines pack latents so.
+            problems.append(f"patch_size={self.patch_size}, patch_size_t={self.patch_size_t} (only 1 and 1, as in "
+                            "every release)")
         if problems:
             raise ValueError("LTXVideoTransformerConfig: unsupported " + "; ".join(problems))
 

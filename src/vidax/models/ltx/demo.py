@@ -21,6 +21,7 @@ structured noise. The folder exercises the real loading and generation path end 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.if_absent and (folder / "model_index.json").is_file():
         print(f"{folder}: demo checkpoint present")
         return 0
-    write_demo_checkpoint(folder, seed=args.seed, variant=args.variant)
+    try:
+        write_demo_checkpoint(folder, seed=args.seed, variant=args.variant)
+    except FileExistsError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
     print(f"{folder}: wrote LTX-Video demo checkpoint ({args.variant})")
     return 0
 

@@ -71,11 +71,13 @@ from vidax.models.ltx.layout import resolve_checkpoint
 from vidax.models.ltx.sharding import LTX_RULES, check_parallel
 from vidax.models.ltx.transformer import grid_coords, rope_tables, transformer_specs, video_coords
 from vidax.schedulers import scheduler_from_config
-from vidax.schedulers.flow_euler import FlowMatchEulerScheduler, calculate_shift
+from vidax.schedulers.flow_euler import calculate_shift
 from vidax.video import peak_memory_metrics
 
 #: ``model_index.json`` class whose sampling semantics a folder gets (see the module docstring).
 CONDITION_PIPELINE = "LTXConditionPipeline"
+#: Highest frame rate accepted (frames per second): the video's rate, and the RoPE time scale.
+MAX_FRAME_RATE = 1000
 #: T5 tokens per prompt: the reference pipelines' ``max_sequence_length`` defaults.
 MAX_SEQUENCE_LENGTH = {"LTXPipeline": 128, "LTXImageToVideoPipeline": 128, CONDITION_PIPELINE: 256}
 
@@ -128,7 +130,7 @@ def check_inputs(vae_cfg: lvae.LTXVideoVAEConfig, height: int, width: int, num_f
     * ``num_frames = 8k + 1`` (the VAE decodes ``F'`` latent frames to ``8 (F' - 1) + 1``; the reference silently
       returns fewer frames otherwise);
     * ``height``, ``width`` positive multiples of 32 (the VAE's spatial compression; the reference raises too);
-    * ``frame_rate`` positive and finite (it scales the RoPE time coordinate).
+    * ``frame_rate`` in ``(0, 1000]`` frames per second (it scales the RoPE time coordinate and is the video's rate).
 
     Raises:
       ValueError: one message listing every problem with its fix.
@@ -144,10 +146,20 @@ def check_inputs(vae_cfg: lvae.LTXVideoVAEConfig, height: int, width: int, num_f
             lo = int(v) // s * s
             problems.append(f"{name}={v} must be a positive multiple of {s}: use "
                             + (f"{lo} or {lo + s}" if lo >= s else f"{s}"))
-    if not (isinstance(frame_rate, (int, float, np.number)) and np.isfinite(frame_rate) and frame_rate > 0):
-        problems.append(f"frame_rate={frame_rate!r} must be a positive number of frames per second (e.g. 25)")
+    if (isinstance(frame_rate, bool) or not isinstance(frame_rate, (int, float, np.number)) or not np.isfinite(frame_rate)
+            or not 0 < frame_rate <= MAX_FRAME_RATE):
+        problems.append(f"frame_rate={frame_rate!r} must be a number of frames per second in (0, {MAX_FRAME_RATE}] "
+                        "(e.g. 25)")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _check_fraction(value, name: str, example: str, upper: float | None = 1.0) -> None:
+    """Raise ValueError unless ``value`` is a real number in ``[0, upper]`` (``[0, inf)`` with ``upper=None``)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and np.isfinite(value) and value >= 0
+    if not ok or (upper is not None and value > upper):
+        span = "[0, 1]" if upper == 1.0 else "zero or positive"
+        raise ValueError(f"{name}={value!r} must be a number in {span} (e.g. {example})")
 
 
 @dataclass
@@ -313,18 +325,36 @@ class LTXPipeline:
         """The Euler scheduler and its state for one call (see the module docstring, step 3).
 
         Raises:
-          ValueError: a schedule the scheduler configuration cannot build (e.g. ``LTXConditionPipeline`` semantics
-            with a dynamically shifted configuration, which diffusers refuses too).
+          ValueError: a step count that is not a positive integer, explicit timesteps that do not strictly decrease,
+            or a schedule the folder's scheduler configuration cannot build (named: e.g. ``LTXConditionPipeline``
+            semantics with a dynamically shifted configuration, which diffusers refuses too).
         """
-        scheduler = scheduler_from_config(self.scheduler_config)
-        if not isinstance(scheduler, FlowMatchEulerScheduler):
-            raise ValueError(f"{self.folder}: LTX-Video samples with FlowMatchEulerDiscreteScheduler; the scheduler "
-                             f"config names {self.scheduler_config.get('_class_name')!r}")
+        config = self.scheduler_config
+        where = self.folder / "scheduler" / "scheduler_config.json"
+        if config.get("_class_name", "FlowMatchEulerDiscreteScheduler") != "FlowMatchEulerDiscreteScheduler":
+            raise ValueError(f"{where}: LTX-Video samples with FlowMatchEulerDiscreteScheduler; this configuration "
+                             f"names {config.get('_class_name')!r}")
+        if timesteps is None:
+            if isinstance(num_inference_steps, bool) or not isinstance(num_inference_steps, (int, np.integer)) \
+                    or num_inference_steps < 1:
+                raise ValueError(f"num_inference_steps={num_inference_steps!r} must be a positive integer (e.g. 30, or 8 "
+                                 "with the distilled timesteps)")
+        else:
+            ts = np.asarray(timesteps, np.float64)
+            if ts.ndim == 1 and ts.size > 1 and not np.all(np.diff(ts) < 0):
+                raise ValueError(f"timesteps {list(np.asarray(timesteps).tolist())} must strictly decrease (from noise "
+                                 "at 1000 towards 0), e.g. 1000, 993, 987, 981, 975, 909, 725, 0.03")
+        try:
+            scheduler = scheduler_from_config(config)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from e
         if self.condition_semantics:
+            if scheduler.use_dynamic_shifting:  # the reference fails too (set_timesteps without mu)
+                raise ValueError(f"{where}: use_dynamic_shifting is true, but {self.pipeline_class} folders sample their "
+                                 "own timesteps without a shift; set it to false")
             if timesteps is None:
                 timesteps = linear_quadratic_schedule(num_inference_steps) * np.float32(1000.0)
             return scheduler, scheduler.set_timesteps(timesteps=timesteps)
-        config = self.scheduler_config
         mu = calculate_shift(tokens, config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096),
                              config.get("base_shift", 0.5), config.get("max_shift", 1.15))
         if timesteps is not None:
@@ -461,7 +491,14 @@ class LTXPipeline:
         guidance_rescale = check_guidance(guidance_rescale, "guidance_rescale")
         if not 0.0 <= guidance_rescale <= 1.0:
             raise ValueError(f"guidance_rescale={guidance_rescale} must be in [0, 1] (0.7 for the dev models; 0: off)")
-        image_cond_noise_scale = check_guidance(image_cond_noise_scale, "image_cond_noise_scale")
+        _check_fraction(image_cond_noise_scale, "image_cond_noise_scale", "0.15; 0: off", upper=None)
+        _check_fraction(decode_timestep, "decode_timestep", "0.05 for 0.9.8")
+        if decode_noise_scale is not None:
+            _check_fraction(decode_noise_scale, "decode_noise_scale", "0.025 for 0.9.8; default: decode_timestep")
+        if max_sequence_length is not None and (isinstance(max_sequence_length, bool)
+                                                or not isinstance(max_sequence_length, (int, np.integer))
+                                                or max_sequence_length < 1):
+            raise ValueError(f"max_sequence_length={max_sequence_length!r} must be a positive integer (128 or 256)")
         conds = self._conditions(image, conditions)
         prompts, negatives = prompt_batch(prompt, negative_prompt)
         grid = latent_grid(vcfg, height, width, num_frames)
@@ -557,6 +594,8 @@ class LTXPipeline:
 
     def _conditions(self, image, conditions) -> list[LTXVideoCondition]:
         """The call's conditions (``image`` is one at frame 0, strength 1), checked against the folder's semantics."""
+        if isinstance(conditions, LTXVideoCondition):
+            conditions = [conditions]
         if image is not None and conditions:
             raise ValueError("pass either image (a first frame) or conditions, not both")
         conds = list(conditions or []) + ([LTXVideoCondition(image=image)] if image is not None else [])

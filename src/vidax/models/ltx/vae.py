@@ -155,6 +155,9 @@ class LTXVideoVAEConfig:
                             "arithmetic of the pipelines assumes it)")
         if any(n < 0 for n in (*self.layers_per_block, *self.decoder_layers_per_block)):
             problems.append("negative resnet counts in layers_per_block / decoder_layers_per_block")
+        if not (math.isfinite(self.scaling_factor) and self.scaling_factor > 0):
+            problems.append(f"scaling_factor={self.scaling_factor} (the pipelines divide the latents by it: 1.0 in "
+                            "every release)")
         if problems:
             raise ValueError("LTXVideoVAEConfig: unsupported " + "; ".join(problems))
         # The plans check the block structure and every width the reference would fail on.

@@ -13,6 +13,7 @@ by changing only the folder.
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import math
 from pathlib import Path
@@ -300,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.if_absent and (folder / "model_index.json").is_file():
         print(f"{folder}: demo checkpoint present")
         return 0
-    write_demo_checkpoint(folder, seed=args.seed)
+    try:
+        write_demo_checkpoint(folder, seed=args.seed)
+    except FileExistsError as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
     print(f"{folder}: wrote demo checkpoint ({json.loads((folder / 'model_index.json').read_text())['_class_name']})")
     return 0
 

@@ -389,6 +389,12 @@ def _resolve_diffusers(folder: Path) -> WanCheckpoint:
     if not (folder / "scheduler" / "scheduler_config.json").is_file():
         raise CheckpointError(f"{folder / 'scheduler'}: scheduler_config.json is missing")
     index = read_json(folder / "model_index.json")
+    name = index.get("_class_name")
+    if not (isinstance(name, str) and name.startswith("Wan")):
+        raise CheckpointError(
+            f"{folder / 'model_index.json'}: " + (f"describes {name!r}, which vidax does not run" if name else
+                                                  "has no _class_name, so the pipeline it holds is unknown")
+            + "; vidax runs diffusers folders of Wan, CogVideoX and LTX-Video pipelines (not LTX's latent upsampler)")
     optional = _diffusers_optional_parts(folder, index)
     return WanCheckpoint(
         folder=folder, layout=DIFFUSERS,
