@@ -282,3 +282,13 @@ def test_cli_mesh_flags_reach_the_pipeline(demo_ckpt, tmp_path, capsys):
                "--dp", "1", "--tp", "8", "--sp", "1", "--attention", "splash"])
     assert rc == 2
     assert "tp=8 does not divide the 4 attention heads" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sizes", [(1, 0, 1), (-1, -1, 1), (1, True, 1), (1, 1, 2.0)])
+def test_optional_mesh_checks_sizes_even_when_their_product_is_one(sizes):
+    """``tp=0`` or ``dp=tp=-1`` is not one device: the pipelines' mesh refuses them (they used to run unsharded)."""
+    from vidax.core.sharding import optional_mesh
+
+    with pytest.raises(ValueError, match="mesh sizes must be positive integers"):
+        optional_mesh(*sizes)
+    assert optional_mesh() is None

@@ -40,6 +40,26 @@ MESH_AXES = (DATA, TENSOR, SEQUENCE)
 MeshAxes = str | tuple[str, ...] | None
 
 
+def check_mesh_sizes(dp: Any, tp: Any, sp: Any) -> None:
+    """Raise ValueError unless ``dp``, ``tp`` and ``sp`` are positive integers (bools are not)."""
+    sizes = {"dp": dp, "tp": tp, "sp": sp}
+    bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1}
+    if bad:
+        raise ValueError(f"mesh sizes must be positive integers, got {bad}")
+
+
+def optional_mesh(dp: int = 1, tp: int = 1, sp: int = 1, *, devices: Sequence[Any] | None = None) -> Mesh | None:
+    """The pipelines' mesh: None for one device (all sizes 1, no devices given), else :func:`make_mesh`.
+
+    Raises:
+      ValueError: as :func:`make_mesh`; sizes are checked in either case (``tp=0`` is not one device).
+    """
+    check_mesh_sizes(dp, tp, sp)
+    if dp * tp * sp == 1 and devices is None:
+        return None
+    return make_mesh(dp, tp, sp, devices=devices)
+
+
 def make_mesh(dp: int = 1, tp: int = 1, sp: int = 1, *, devices: Sequence[Any] | None = None) -> Mesh:
     """The ``(data, tensor, sequence)`` mesh of ``dp x tp x sp`` devices.
 
@@ -60,10 +80,7 @@ def make_mesh(dp: int = 1, tp: int = 1, sp: int = 1, *, devices: Sequence[Any] |
       ValueError: a size below 1, or ``dp * tp * sp`` different from the device count (the
         message lists the splits of that count).
     """
-    sizes = {"dp": dp, "tp": tp, "sp": sp}
-    bad = {k: v for k, v in sizes.items() if not isinstance(v, (int, np.integer)) or v < 1}
-    if bad:
-        raise ValueError(f"mesh sizes must be positive integers, got {bad}")
+    check_mesh_sizes(dp, tp, sp)
     devices = list(jax.devices() if devices is None else devices)
     n = dp * tp * sp
     if n != len(devices):

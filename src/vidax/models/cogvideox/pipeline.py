@@ -53,7 +53,7 @@ from vidax.core.inputs import (check_dtype, check_finite_video, check_guidance, 
 from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated, to_mesh
 from vidax.core.residency import OnDemand, keep_resident
-from vidax.core.sharding import make_mesh
+from vidax.core.sharding import optional_mesh
 from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
@@ -252,9 +252,8 @@ class CogVideoXPipeline:
                 f"{ckpt.folder}: the text encoder is {ecfg.d_model} wide but the transformer expects text_embed_dim="
                 f"{tcfg.text_embed_dim}; the components belong to different models"
             )
-        mesh = None
-        if dp * tp * sp > 1 or devices is not None:
-            mesh = make_mesh(dp, tp, sp, devices=devices)
+        mesh = optional_mesh(dp, tp, sp, devices=devices)
+        if mesh is not None:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
         plan = block_plan(tcfg.num_layers, None, block_loop)
         specs = transformer_specs(tcfg)

@@ -58,7 +58,7 @@ from vidax.core.inputs import check_dtype, check_finite_video, check_guidance, c
 from vidax.core.offload import block_placement, block_plan, split_blocks
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, to_mesh
 from vidax.core.residency import OnDemand, keep_resident
-from vidax.core.sharding import make_mesh
+from vidax.core.sharding import optional_mesh
 from vidax.encoders.t5 import encode as t5_encode
 from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
@@ -271,9 +271,8 @@ class LTXPipeline:
             raise CheckpointError(f"{ckpt.folder}: the transformer takes {tcfg.in_channels} and makes {tcfg.out_channels} "
                                   f"latent channels, the VAE's latents have {vcfg.latent_channels}; the components "
                                   "belong to different models")
-        mesh = None
-        if dp * tp * sp > 1 or devices is not None:
-            mesh = make_mesh(dp, tp, sp, devices=devices)
+        mesh = optional_mesh(dp, tp, sp, devices=devices)
+        if mesh is not None:
             check_parallel(tcfg, mesh, LTX_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         specs = transformer_specs(tcfg)

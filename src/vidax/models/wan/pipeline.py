@@ -52,7 +52,7 @@ from vidax.core.inputs import check_dtype, check_guidance, check_seed, integer_p
 from vidax.core.offload import ChunkPlan, OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated
 from vidax.core.residency import OnDemand, keep_resident
-from vidax.core.sharding import axis_size, make_mesh
+from vidax.core.sharding import axis_size, optional_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, clean_prompt
 from vidax.models.wan import vae as wan_vae
@@ -253,9 +253,8 @@ class WanPipeline:
         ckpt = resolve_checkpoint(folder)
         maps = ckpt.maps
         tcfg = ckpt.transformer_config()
-        mesh = None
-        if dp * tp * sp > 1 or devices is not None:
-            mesh = make_mesh(dp, tp, sp, devices=devices)
+        mesh = optional_mesh(dp, tp, sp, devices=devices)
+        if mesh is not None:
             check_parallel(tcfg, mesh, WAN_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         treader = CountingReader(ckpt.transformer_reader())
