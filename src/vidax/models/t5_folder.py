@@ -84,18 +84,23 @@ class T5Checkpoint:
     family: T5Family
 
     def part(self, name: str) -> Path:
+        """The folder of component ``name`` (``transformer``, ``vae``, ...)."""
         return self.folder / name
 
     def transformer_config(self):
+        """The transformer's configuration (``transformer/config.json``; ValueError on unsupported settings)."""
         return self.family.transformer_config(read_json(self.folder / "transformer" / "config.json"))
 
     def vae_config(self):
+        """The VAE's configuration (``vae/config.json``; ValueError on unsupported settings)."""
         return self.family.vae_config(read_json(self.folder / "vae" / "config.json"))
 
     def text_encoder_config(self) -> T5Config:
+        """The T5 encoder's configuration (``text_encoder/config.json``)."""
         return T5Config.from_dict(read_json(self.folder / "text_encoder" / "config.json"))
 
     def scheduler_config(self) -> dict:
+        """``scheduler/scheduler_config.json`` as a dict."""
         return read_json(self.folder / "scheduler" / "scheduler_config.json")
 
     def reader(self, part: str):
@@ -105,14 +110,17 @@ class T5Checkpoint:
         return CheckpointReader(self.folder / part / VIDAX_WEIGHTS if self.layout == VIDAX else self.folder / part)
 
     def transformer_keymap(self, cfg) -> KeyMap:
+        """The transformer's key map in this folder's layout (diffusers, or the identity for vidax)."""
         f = self.family
         return identity_keymap(f.transformer_specs(cfg)) if self.layout == VIDAX else f.transformer_keymap(cfg)
 
     def vae_keymap(self, cfg) -> KeyMap:
+        """The VAE's key map in this folder's layout."""
         f = self.family
         return identity_keymap(f.vae_specs(cfg)) if self.layout == VIDAX else f.vae_keymap(cfg)
 
     def text_encoder_keymap(self, cfg: T5Config, keys=None) -> KeyMap:
+        """The T5 encoder's key map in this folder's layout (``keys``: the checkpoint's, for its shared embedding)."""
         return identity_keymap(t5_specs(cfg)) if self.layout == VIDAX else t5_keymap(cfg, keys)
 
 

@@ -82,6 +82,7 @@ class LTXVideoTransformerConfig:
 
     @property
     def dim(self) -> int:
+        """Model width ``num_attention_heads * attention_head_dim``."""
         return self.num_attention_heads * self.attention_head_dim
 
     @property
