@@ -140,8 +140,8 @@ def resolve(folder: str | os.PathLike, family: T5Family) -> T5Checkpoint:
     index = folder / "model_index.json"
     if not index.is_file():
         if (folder / "config.json").is_file():
-            raise CheckpointError(f"{folder}: this is a single component folder; pass the pipeline folder that holds it "
-                                  "(with model_index.json)")
+            raise CheckpointError(f"{folder}: this is a single component folder; pass the pipeline folder that holds "
+                                  "it (with model_index.json)")
         raise CheckpointError(f"{folder}: no model_index.json; pass a diffusers-layout {family.display} checkpoint "
                               f"folder (e.g. {family.example})")
     name = read_json(index).get("_class_name")
@@ -163,9 +163,10 @@ def resolve(folder: str | os.PathLike, family: T5Family) -> T5Checkpoint:
 def _resolve_vidax(folder: Path, family: T5Family) -> T5Checkpoint:
     index = read_json(folder / VIDAX_INDEX)
     if index.get("format") != "vidax" or index.get("family") != family.family:
-        raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted {family.display} checkpoint (format/family)")
-    missing = [f"{part}/{name}" for part in ("transformer", "vae", "text_encoder") for name in ("config.json", VIDAX_WEIGHTS)
-               if not (folder / part / name).is_file()]
+        raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted {family.display} checkpoint "
+                              "(format/family)")
+    missing = [f"{part}/{name}" for part in ("transformer", "vae", "text_encoder")
+               for name in ("config.json", VIDAX_WEIGHTS) if not (folder / part / name).is_file()]
     missing += [p for p in ("tokenizer", "scheduler/scheduler_config.json") if not (folder / p).exists()]
     if missing:
         raise CheckpointError(f"{folder}: converted {family.display} folder is missing {', '.join(missing)}; "
@@ -236,16 +237,18 @@ def convert(ckpt: T5Checkpoint, dst: str | os.PathLike, *, dtype: Any = "bfloat1
     f = ckpt.family
     with assembled_folder(dst) as tmp:
         tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
-        configs = {p: json.loads((ckpt.part(p) / "config.json").read_text()) for p in ("transformer", "vae", "text_encoder")}
+        configs = {p: json.loads((ckpt.part(p) / "config.json").read_text())
+                   for p in ("transformer", "vae", "text_encoder")}
         ereader = ckpt.reader("text_encoder")
         sizes = {
-            "transformer": write_component(tmp / "transformer", ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg),
-                                           f.transformer_specs(tcfg), dtype, configs["transformer"],
-                                           str(ckpt.part("transformer"))),
+            "transformer": write_component(tmp / "transformer", ckpt.reader("transformer"),
+                                           ckpt.transformer_keymap(tcfg), f.transformer_specs(tcfg), dtype,
+                                           configs["transformer"], str(ckpt.part("transformer"))),
             "vae": write_component(tmp / "vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg), vae_dtype,
                                    configs["vae"], str(ckpt.part("vae"))),
-            "text_encoder": write_component(tmp / "text_encoder", ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()),
-                                            t5_specs(ecfg), text_encoder_dtype, configs["text_encoder"],
+            "text_encoder": write_component(tmp / "text_encoder", ereader,
+                                            ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
+                                            text_encoder_dtype, configs["text_encoder"],
                                             str(ckpt.part("text_encoder"))),
         }
         shutil.copytree(ckpt.part("tokenizer"), tmp / "tokenizer")
@@ -302,8 +305,8 @@ def write_demo(folder: str | os.PathLike, family: T5Family, *, seed: int, name: 
                        random_state_dict(t5_keymap(ecfg), t5_specs(ecfg), rng), ecfg_json)
         tcfg_json = transformer_config(ecfg_json["d_model"])
         tcfg = family.transformer_config(tcfg_json)
-        save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors",
-                       random_state_dict(family.transformer_keymap(tcfg), family.transformer_specs(tcfg), rng), tcfg_json)
+        tensors = random_state_dict(family.transformer_keymap(tcfg), family.transformer_specs(tcfg), rng)
+        save_component(tmp / "transformer", "diffusion_pytorch_model.safetensors", tensors, tcfg_json)
         vcfg = family.vae_config(vae_config)
         vae = random_state_dict(family.vae_keymap(vcfg), family.vae_specs(vcfg), rng)
         if vae_tensors is not None:
