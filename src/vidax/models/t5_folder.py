@@ -123,6 +123,40 @@ class T5Checkpoint:
         """The T5 encoder's key map in this folder's layout (``keys``: the checkpoint's, for its shared embedding)."""
         return identity_keymap(t5_specs(cfg)) if self.layout == VIDAX else t5_keymap(cfg, keys)
 
+    def load_transformer(self, cfg, dtype: Any, shardings=None) -> dict:
+        """The transformer's parameters (:func:`vidax.checkpoint.loader.load_params`; ``shardings`` as there).
+
+        Raises:
+          CheckpointError: weights that do not match ``cfg`` (every mismatch listed).
+        """
+        from vidax.checkpoint.loader import load_params
+
+        return load_params(self.reader("transformer"), self.transformer_keymap(cfg), self.family.transformer_specs(cfg),
+                           np.dtype(dtype), source=str(self.part("transformer")), shardings=shardings)
+
+    def load_vae(self, cfg, dtype: Any, parts: tuple[str, ...] | None = None) -> dict:
+        """The VAE's parameters, or only its top-level ``parts`` (e.g. the decoder side).
+
+        Raises:
+          CheckpointError: weights that do not match ``cfg``.
+        """
+        from vidax.checkpoint.loader import load_params
+
+        return load_params(self.reader("vae"), self.vae_keymap(cfg), self.family.vae_specs(cfg), np.dtype(dtype),
+                           source=str(self.part("vae")), parts=parts)
+
+    def load_text_encoder(self, cfg: T5Config, dtype: Any) -> dict:
+        """The T5 encoder's parameters.
+
+        Raises:
+          CheckpointError: weights that do not match ``cfg``.
+        """
+        from vidax.checkpoint.loader import load_params
+
+        reader = self.reader("text_encoder")
+        return load_params(reader, self.text_encoder_keymap(cfg, reader.keys()), t5_specs(cfg), np.dtype(dtype),
+                           source=str(self.part("text_encoder")))
+
 
 def resolve(folder: str | os.PathLike, family: T5Family) -> T5Checkpoint:
     """Check a ``family`` folder (diffusers or vidax layout) and return where everything is.

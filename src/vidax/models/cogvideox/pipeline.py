@@ -45,7 +45,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.loader import load_params
 from vidax.core.attention import AttentionImpl
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import (check_dtype, check_finite_video, check_guidance, check_seed, integer_problems,
@@ -55,7 +54,6 @@ from vidax.core.placement import first_device, mesh_context, parallel_metrics, r
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import optional_mesh
 from vidax.encoders.t5 import encode as t5_encode
-from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
 from vidax.models.cogvideox import block_loop as cog_block_loop
 from vidax.models.cogvideox import vae as cvae
@@ -257,29 +255,19 @@ class CogVideoXPipeline:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
         plan = block_plan(tcfg.num_layers, None, block_loop)
         specs = transformer_specs(tcfg)
-        tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), specs, jnp.dtype(dtype),
-                              source=str(ckpt.part("transformer")), shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
+        tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
         tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
-
-        def load_vae(parts):
-            return load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), cvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
-                               source=str(ckpt.part("vae")), parts=parts)
-
         # The encoder side is loaded on demand: at the first image (image-to-video); text-to-video never reads it.
-        vparams = load_vae(cvae.DECODER_PARTS)
+        vparams = ckpt.load_vae(vcfg, vae_dtype, cvae.DECODER_PARTS)
         keep_text = keep_resident(text_encoder_residency)
 
-        def load_text_encoder():
-            ereader = ckpt.reader("text_encoder")
-            return load_params(ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
-                               jnp.dtype(text_encoder_dtype), source=str(ckpt.part("text_encoder")))
-
-        eparams = load_text_encoder()
+        eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
                    attention, mesh=mesh, block_chunks=chunks)
-        pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
-        pipe.vae_encoder = OnDemand(lambda: load_vae(cvae.ENCODER_PARTS))
+        pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
+                                     keep=keep_text)
+        pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, cvae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe

@@ -51,7 +51,6 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.loader import load_params
 from vidax.core.attention import AttentionImpl
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import check_dtype, check_finite_video, check_guidance, check_seed, integer_problems, is_integer, prompt_batch
@@ -60,7 +59,6 @@ from vidax.core.placement import first_device, mesh_context, parallel_metrics, t
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import optional_mesh
 from vidax.encoders.t5 import encode as t5_encode
-from vidax.encoders.t5 import t5_specs
 from vidax.encoders.tokenizer import Tokenizer
 from vidax.models.ltx import step as ltx_step
 from vidax.models.ltx.conditioning import (Draws, LTXVideoCondition, condition_latents, condition_pixels, grid_pixels,
@@ -276,27 +274,18 @@ class LTXPipeline:
             check_parallel(tcfg, mesh, LTX_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         specs = transformer_specs(tcfg)
-        tparams = load_params(ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg), specs, jnp.dtype(dtype),
-                              source=str(ckpt.part("transformer")), shardings=block_placement(plan, mesh, LTX_RULES))
+        tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, LTX_RULES))
         tparams, chunks = split_blocks(tparams, specs, plan, mesh, LTX_RULES)
-        def load_vae(parts):
-            return load_params(ckpt.reader("vae"), ckpt.vae_keymap(vcfg), lvae.vae_specs(vcfg), jnp.dtype(vae_dtype),
-                               source=str(ckpt.part("vae")), parts=parts)
+        # The VAE's encoder side is read at the first conditioning image; text-to-video never reads it.
+        vparams = ckpt.load_vae(vcfg, vae_dtype, lvae.DECODER_PARTS)
 
-        # The encoder side is read at the first conditioning image; text-to-video never reads it.
-        vparams = load_vae(lvae.DECODER_PARTS)
-
-        def load_text_encoder():
-            reader = ckpt.reader("text_encoder")
-            return load_params(reader, ckpt.text_encoder_keymap(ecfg, reader.keys()), t5_specs(ecfg),
-                               jnp.dtype(text_encoder_dtype), source=str(ckpt.part("text_encoder")))
-
-        eparams = load_text_encoder()
+        eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, ckpt.pipeline_class, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer,
                    ckpt.scheduler_config(), attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
-        pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_resident(text_encoder_residency))
-        pipe.vae_encoder = OnDemand(lambda: load_vae(lvae.ENCODER_PARTS))
+        pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
+                                     keep=keep_resident(text_encoder_residency))
+        pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, lvae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
