@@ -53,7 +53,7 @@ def build_cache() -> None:
 
     from vidax.checkpoint.writer import write_json
     from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.demo import random_state_dict
+    from vidax.checkpoint.demo import random_state_dict
     from vidax.models.wan.keymap import transformer_keymap_diffusers
     from vidax.models.wan.transformer import transformer_specs
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vidax.checkpoint.demo import DEMO_MARKER, TRANSFORMERS_VERSION, demo_marker_text, random_state_dict
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, identity_keymap
 from vidax.checkpoint.writer import VIDAX_INDEX, VIDAX_WEIGHTS, assembled_folder, write_component, write_json
@@ -300,8 +301,20 @@ def convert(ckpt: T5Checkpoint, dst: str | os.PathLike, *, dtype: Any = "bfloat1
     return summary
 
 
-#: The file that marks a folder as a demo checkpoint (random weights), beside ``model_index.json``.
-DEMO_MARKER = "VIDAX_DEMO_CHECKPOINT.txt"
+def demo_text_encoder_config(vocab_size: int, **overrides) -> dict:
+    """A tiny transformers ``T5EncoderModel`` config.json (T5 v1.1: gated GELU, shared relative bias), the demo
+    checkpoints' text encoder."""
+    cfg = {
+        "architectures": ["T5EncoderModel"], "classifier_dropout": 0.0, "d_ff": 64, "d_kv": 8, "d_model": 32,
+        "dense_act_fn": "gelu_new", "dropout_rate": 0.1, "dtype": "float32", "eos_token_id": 1,
+        "feed_forward_proj": "gated-gelu", "initializer_factor": 1.0, "is_decoder": False, "is_encoder_decoder": False,
+        "is_gated_act": True, "layer_norm_epsilon": 1e-06, "model_type": "t5", "num_decoder_layers": 2, "num_heads": 4,
+        "num_layers": 2, "pad_token_id": 0, "relative_attention_max_distance": 128,
+        "relative_attention_num_buckets": 32, "scale_decoder_outputs": True, "tie_word_embeddings": True,
+        "transformers_version": TRANSFORMERS_VERSION, "use_cache": False, "vocab_size": vocab_size,
+    }
+    cfg.update(overrides)
+    return cfg
 
 
 def write_demo(folder: str | os.PathLike, family: T5Family, *, seed: int, name: str,
@@ -326,7 +339,6 @@ def write_demo(folder: str | os.PathLike, family: T5Family, *, seed: int, name: 
     """
     from vidax.checkpoint.writer import save_component
     from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
-    from vidax.models.wan.demo import random_state_dict
 
     folder = Path(folder)
     if folder.exists():
@@ -349,8 +361,5 @@ def write_demo(folder: str | os.PathLike, family: T5Family, *, seed: int, name: 
         (tmp / "scheduler").mkdir()
         write_json(tmp / "scheduler" / "scheduler_config.json", scheduler_config)
         write_json(tmp / "model_index.json", model_index)
-        (tmp / DEMO_MARKER).write_text(
-            f"vidax demo checkpoint: {name} architecture at a tiny size with RANDOM weights.\n"
-            "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
-        )
+        (tmp / DEMO_MARKER).write_text(demo_marker_text(name))
     return folder

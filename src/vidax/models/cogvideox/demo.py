@@ -27,11 +27,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from vidax.checkpoint.demo import DIFFUSERS_VERSION
 from vidax.models import t5_folder
 from vidax.models.cogvideox.layout import COGVIDEOX
 
-DIFFUSERS_VERSION = "0.42.1"
-TRANSFORMERS_VERSION = "5.24.0"
 DEMO_MARKER = t5_folder.DEMO_MARKER
 VARIANTS = ("2b", "5b", "1.5", "5b-i2v", "1.5-i2v")
 
@@ -72,18 +71,8 @@ def vae_config(variant: str, **overrides) -> dict:
 
 
 def text_encoder_config(vocab_size: int, **overrides) -> dict:
-    """A tiny transformers ``T5EncoderModel`` config.json (T5 v1.1: gated GELU, shared relative bias)."""
-    cfg = {
-        "architectures": ["T5EncoderModel"], "classifier_dropout": 0.0, "d_ff": 64, "d_kv": 8, "d_model": 32,
-        "dense_act_fn": "gelu_new", "dropout_rate": 0.1, "dtype": "float32", "eos_token_id": 1,
-        "feed_forward_proj": "gated-gelu", "initializer_factor": 1.0, "is_decoder": False, "is_encoder_decoder": False,
-        "is_gated_act": True, "layer_norm_epsilon": 1e-06, "model_type": "t5", "num_decoder_layers": 2, "num_heads": 4,
-        "num_layers": 2, "pad_token_id": 0, "relative_attention_max_distance": 128,
-        "relative_attention_num_buckets": 32, "scale_decoder_outputs": True, "tie_word_embeddings": True,
-        "transformers_version": TRANSFORMERS_VERSION, "use_cache": False, "vocab_size": vocab_size,
-    }
-    cfg.update(overrides)
-    return cfg
+    """A tiny transformers ``T5EncoderModel`` config.json (:func:`vidax.models.t5_folder.demo_text_encoder_config`)."""
+    return t5_folder.demo_text_encoder_config(vocab_size, **overrides)
 
 
 def scheduler_config(variant: str) -> dict:

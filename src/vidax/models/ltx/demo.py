@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vidax.checkpoint.demo import DIFFUSERS_VERSION
 from vidax.models import t5_folder
-from vidax.models.cogvideox.demo import DIFFUSERS_VERSION, text_encoder_config
 from vidax.models.ltx.layout import LTX
 
 DEMO_MARKER = t5_folder.DEMO_MARKER
@@ -136,7 +136,7 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, variant: str = "
 
     return t5_folder.write_demo(
         folder, LTX, seed=seed, name=f"LTX-Video ({variant})",
-        text_encoder_config=lambda vocab: text_encoder_config(vocab, **(text_overrides or {})),
+        text_encoder_config=lambda vocab: t5_folder.demo_text_encoder_config(vocab, **(text_overrides or {})),
         transformer_config=lambda width: transformer_config(width, **(transformer_overrides or {})),
         vae_config=vae_config(variant, **(vae_overrides or {})), scheduler_config=scheduler_config(variant),
         model_index=model_index(variant), vae_tensors=vae_tensors)

@@ -13,24 +13,21 @@ by changing only the folder.
 from __future__ import annotations
 
 import argparse
-import sys
 import json
-import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from vidax.checkpoint.writer import assembled_folder, save_component, to_state_dict, write_json
+from vidax.checkpoint.demo import (DEMO_MARKER, DIFFUSERS_VERSION, TRANSFORMERS_VERSION, demo_marker_text,  # noqa: F401
+                                   random_params, random_state_dict)
+from vidax.checkpoint.writer import assembled_folder, save_component, write_json
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_diffusers
 from vidax.models.wan.transformer import transformer_specs
-
-DIFFUSERS_VERSION = "0.42.1"
-TRANSFORMERS_VERSION = "5.24.0"
-DEMO_MARKER = "VIDAX_DEMO_CHECKPOINT.txt"
 
 # Wan2.1's VAE latent statistics (diffusers AutoencoderKLWan defaults).
 LATENTS_MEAN = [-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
@@ -160,44 +157,6 @@ def wan22_vae_config(**overrides) -> dict:
     return cfg
 
 
-def random_params(specs, rng: np.random.Generator) -> dict:
-    """Random float32 host parameters for a spec tree, initialised so activations stay O(1).
-
-    Kernels: normal with std 1/sqrt(fan_in); norm scales: 1 plus small noise; biases: small
-    noise; AdaLN tables: normal / sqrt(dim); embeddings and relative biases: normal * 0.5.
-    Leaves are drawn from ``rng`` in spec-tree order.
-
-    Returns:
-      a nested dict of float32 NumPy arrays structured like ``specs``.
-    """
-    from vidax.core.params import flatten, unflatten
-
-    params = {}
-    for path, spec in flatten(specs):
-        leaf = path.rsplit("/", 1)[-1]
-        shape = spec.shape
-        stacked = bool(spec.axes) and spec.axes[0] == "layers"
-        inner = shape[1:] if stacked else shape
-        if leaf == "kernel":
-            fan_in = math.prod(inner[:-1])
-            v = rng.standard_normal(shape, dtype=np.float32) / np.float32(math.sqrt(fan_in))
-        elif leaf in ("scale", "gamma"):
-            v = 1.0 + 0.05 * rng.standard_normal(shape, dtype=np.float32)
-        elif leaf == "bias":
-            v = 0.02 * rng.standard_normal(shape, dtype=np.float32)
-        elif "scale_shift_table" in leaf:
-            v = rng.standard_normal(shape, dtype=np.float32) / np.float32(math.sqrt(shape[-1]))
-        else:
-            v = 0.5 * rng.standard_normal(shape, dtype=np.float32)
-        params[path] = v.astype(np.float32)
-    return unflatten(params)
-
-
-def random_state_dict(keymap, specs, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random float32 weights in the checkpoint's layout (:func:`random_params` through ``keymap`` backwards)."""
-    return to_state_dict(random_params(specs, rng), keymap, specs)
-
-
 def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_overrides: dict | None = None,
                           vae_overrides: dict | None = None, text_overrides: dict | None = None,
                           task: str = "t2v", image_encoder_overrides: dict | None = None,
@@ -273,10 +232,7 @@ def write_demo_checkpoint(folder: str | Path, seed: int = 0, *, transformer_over
         (tmp / "scheduler").mkdir()
         write_json(tmp / "scheduler" / "scheduler_config.json", {**scheduler_config(), **(scheduler_overrides or {})})
         write_json(tmp / "model_index.json", _model_index(spec))
-        (tmp / DEMO_MARKER).write_text(
-            "vidax demo checkpoint: Wan2.1 architecture at a tiny size with RANDOM weights.\n"
-            "It makes noise, not video; it exists to exercise the real loading and generation path.\n"
-        )
+        (tmp / DEMO_MARKER).write_text(demo_marker_text("Wan2.1"))
     return folder
 
 
