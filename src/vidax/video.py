@@ -11,8 +11,10 @@ import math
 import numbers
 import os
 import tempfile
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -100,14 +102,60 @@ def frames_from_video(video, output_type: str = "uint8") -> np.ndarray:
     return np.round(frames * 255.0).astype(np.uint8) if output_type == "uint8" else frames
 
 
-def peak_memory_metrics() -> dict[str, int]:
-    """Peak host resident memory of this process and, where the backend reports it, of its first device (bytes)."""
+def peak_memory_metrics() -> dict[str, int | None]:
+    """Peak host resident memory of this process and of its first device (bytes; ``peak_device_bytes`` is None where
+    the backend does not report it, e.g. the CPU)."""
     import resource
 
     import jax
 
     metrics = {"peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     stats = jax.local_devices()[0].memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"])
+    metrics["peak_device_bytes"] = int(stats["peak_bytes_in_use"]) if "peak_bytes_in_use" in stats else None
     return metrics
+
+
+#: The metrics every pipeline reports, with the same meaning for every family (seconds, bytes, the attention
+#: implementation that ran in the transformer step, and the sizes generated).
+COMMON_METRICS = (
+    "load_s", "text_encoder_s", "vae_encode_s", "compile_s", "step_s", "sampling_s", "vae_decode_s",
+    "peak_host_rss_bytes", "peak_device_bytes", "attention", "height", "width", "num_frames", "num_inference_steps",
+    "fps",
+)
+
+
+def finish_metrics(metrics: dict[str, Any], **values: Any) -> dict[str, Any]:
+    """Complete a pipeline call's metrics with ``values`` and the peak memory, and check every common key is there.
+
+    Stages a call did not run count 0 s (``vae_encode_s`` of a text-to-video run).
+
+    Raises:
+      KeyError: a key of :data:`COMMON_METRICS` missing (a pipeline that forgot to measure a stage).
+    """
+    metrics.update(values)
+    metrics.setdefault("vae_encode_s", 0.0)
+    metrics.update(peak_memory_metrics())
+    missing = [k for k in COMMON_METRICS if k not in metrics]
+    if missing:
+        raise KeyError(f"pipeline metrics lack {missing}")
+    return metrics
+
+
+@dataclass
+class VideoOutput:
+    """The result of every pipeline call, whatever the family.
+
+    Attributes:
+      frames: uint8 ``(B, F, H, W, 3)`` RGB (float32 in ``[0, 1]`` with ``output_type="float"``).
+      fps: frames per second to write the video at (the model's rate, or the call's ``frame_rate``).
+      metrics: timings in seconds, peak memory in bytes and the sizes generated; the keys of
+        :data:`COMMON_METRICS` always, a family's own ones besides.
+      latents: float32 final latents in the family's layout (before decoding), for checks and reuse.
+      extras: what a family returns beyond that (none of the keys above).
+    """
+
+    frames: np.ndarray
+    fps: float = 16
+    metrics: dict[str, Any] = field(default_factory=dict)
+    latents: np.ndarray | None = None
+    extras: dict[str, Any] = field(default_factory=dict)

@@ -45,10 +45,12 @@ they divide, replicated otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import math
 import warnings
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -166,13 +168,49 @@ def attention(
         kernel = {AttentionImpl.CUDNN: _cudnn, AttentionImpl.SPLASH: _splash, AttentionImpl.CPU_FLASH: _cpu_flash}[impl]
         try:
             _precheck(impl, q, bias)
-            return _partitioned(functools.partial(kernel, scale=scale), q, k, v, kv_lengths, bias)
+            out = _partitioned(functools.partial(kernel, scale=scale), q, k, v, kv_lengths, bias)
+            _note(impl)
+            return out
         except _Refused as why:
             _warn_once(impl, str(why), q, k)
             impl = AttentionImpl.CHUNKED
+    _note(impl)
     if impl is AttentionImpl.XLA or q.shape[1] <= query_chunk_size:
         return _scores_softmax_values(q, k, v, scale, kv_lengths, bias).astype(q.dtype)
     return _chunked(q, k, v, scale, kv_lengths, bias, query_chunk_size)
+
+
+# -- what ran ------------------------------------------------------------------
+
+_RECORDERS: list[set] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set]:
+    """Collect the implementations :func:`attention` runs with while tracing inside the block (fallbacks included:
+    what actually ran, not what was asked for). The pipelines report it as the ``attention`` metric.
+
+    Yields:
+      a set of :class:`AttentionImpl` values, filled as programs are traced (empty if nothing was traced, e.g. a
+      program already in JAX's trace cache).
+    """
+    seen: set = set()
+    _RECORDERS.append(seen)
+    try:
+        yield seen
+    finally:
+        _RECORDERS.remove(seen)
+
+
+def _note(impl: AttentionImpl) -> None:
+    for seen in _RECORDERS:
+        seen.add(impl.value)
+
+
+def ran_label(seen: set, requested: AttentionImpl | str) -> str:
+    """The ``attention`` metric: the implementations that ran (``"cpu_flash"``, or ``"chunked+cpu_flash"`` when
+    some calls fell back), or the resolved request when nothing was traced this time."""
+    return "+".join(sorted(seen)) if seen else resolve_implementation(requested).value
 
 
 def query_chunks(sq: int, query_chunk_size: int) -> tuple[int, int]:

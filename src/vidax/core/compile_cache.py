@@ -65,3 +65,18 @@ def enable(path: str | os.PathLike | None = None, *, min_compile_time_s: float =
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return target
+
+
+def enable_for_api(setting: bool | str | os.PathLike | None = True) -> Path | None:
+    """The Python API's default: the pipelines' ``from_pretrained(compile_cache=...)`` calls this.
+
+    Args:
+      setting: True or None: :func:`enable` at :func:`default_dir` (so ``VIDAX_COMPILE_CACHE=off`` still turns it
+        off); a path: that directory; False: leave JAX's setting as it is (off unless the caller turned it on).
+
+    Returns:
+      The directory in use, or None.
+    """
+    if setting is False:
+        return None
+    return enable(None if setting is True or setting is None else setting)

@@ -271,6 +271,12 @@ class CogVideoXPreset:
     task: str = "t2v"
     vae_tiling: bool = True
 
+    def settings(self) -> dict:
+        """The pipeline call's settings of this row."""
+        return dict(height=self.height, width=self.width, num_frames=self.num_frames,
+                    num_inference_steps=self.num_inference_steps, guidance_scale=self.guidance_scale,
+                    sampler=self.sampler, use_dynamic_cfg=self.use_dynamic_cfg, vae_tiling=self.vae_tiling)
+
 
 PRESETS: dict[str, CogVideoXPreset] = {
     p.name: p

@@ -141,6 +141,19 @@ class LTXPreset:
     sp: int = 1
     task: str = "t2v"
 
+    @property
+    def fps(self) -> int:
+        """The video's frame rate (``frame_rate``: the model is told it too)."""
+        return self.frame_rate
+
+    def settings(self) -> dict:
+        """The pipeline call's settings of this row."""
+        return dict(height=self.height, width=self.width, num_frames=self.num_frames,
+                    num_inference_steps=self.num_inference_steps, guidance_scale=self.guidance_scale,
+                    guidance_rescale=self.guidance_rescale, timesteps=self.timesteps,
+                    decode_timestep=self.decode_timestep, decode_noise_scale=self.decode_noise_scale,
+                    frame_rate=self.frame_rate, negative_prompt=self.negative_prompt)
+
 
 PRESETS: dict[str, LTXPreset] = {
     p.name: p

@@ -38,6 +38,7 @@ and the VAE stay on one device. ``offload_chunk`` keeps the blocks in host memor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -48,14 +49,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.core.attention import AttentionImpl
+from vidax.core.attention import AttentionImpl, ran_label, recording
+from vidax.core.compile_cache import enable_for_api
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import check_dtype, check_finite_video, check_guidance, check_seed, integer_problems, is_integer, prompt_batch
 from vidax.core.offload import block_placement, block_plan, split_blocks
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, to_mesh
+from vidax.core.progress import Progress, as_progress
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import optional_mesh
 from vidax.encoders.t5 import encode as t5_encode
@@ -70,7 +72,7 @@ from vidax.models.ltx.sharding import LTX_RULES, check_parallel
 from vidax.models.ltx.transformer import grid_coords, rope_tables, transformer_specs, video_coords
 from vidax.schedulers import scheduler_from_config
 from vidax.schedulers.flow_euler import calculate_shift
-from vidax.video import peak_memory_metrics
+from vidax.video import VideoOutput, finish_metrics
 
 #: ``model_index.json`` class whose sampling semantics a folder gets (see the module docstring).
 CONDITION_PIPELINE = "LTXConditionPipeline"
@@ -78,6 +80,11 @@ CONDITION_PIPELINE = "LTXConditionPipeline"
 MAX_FRAME_RATE = 1000
 #: T5 tokens per prompt: the reference pipelines' ``max_sequence_length`` defaults.
 MAX_SEQUENCE_LENGTH = {"LTXPipeline": 128, "LTXImageToVideoPipeline": 128, CONDITION_PIPELINE: 256}
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
 
 
 def linear_quadratic_schedule(num_steps: int, threshold_noise: float = 0.025, linear_steps: int | None = None) -> np.ndarray:
@@ -160,21 +167,9 @@ def _check_fraction(value, name: str, example: str, upper: float | None = 1.0) -
         raise ValueError(f"{name}={value!r} must be a number in {span} (e.g. {example})")
 
 
-@dataclass
-class LTXOutput:
-    """Result of a pipeline call.
-
-    Attributes:
-      frames: uint8 ``(B, F, H, W, 3)`` RGB (float32 in ``[0, 1]`` with ``output_type="float"``).
-      latents: float32 final latents ``(B, 128, F', H/32, W/32)`` (normalised, before decoding).
-      fps: frames per second to write the video at (the call's ``frame_rate``).
-      metrics: timings in seconds and peak memory in bytes.
-    """
-
-    frames: np.ndarray
-    latents: np.ndarray
-    fps: float
-    metrics: dict[str, Any] = field(default_factory=dict)
+#: The LTX-Video pipeline's result: :class:`vidax.video.VideoOutput` (frames ``(B, F, H, W, 3)``, ``fps`` the call's
+#: ``frame_rate``, metrics, latents ``(B, 128, F', H/32, W/32)`` normalised, before decoding); the old name kept.
+LTXOutput = VideoOutput
 
 
 class LTXPipeline:
@@ -216,6 +211,7 @@ class LTXPipeline:
         self._step = jax.jit(ltx_step.cfg_step,
                              static_argnames=("cfg", "attention_impl", "guided", "rescale", "mesh", "rules"))
         self.load_seconds = 0.0
+        self._attention_ran: str | None = None
 
     @property
     def condition_semantics(self) -> bool:
@@ -226,7 +222,8 @@ class LTXPipeline:
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto", block_loop: str = "auto",
-                        offload_chunk: int | None = None, offload_overlap: bool = True) -> LTXPipeline:
+                        offload_chunk: int | None = None, offload_overlap: bool = True,
+                        progress: bool | Progress = True, compile_cache: bool | str | os.PathLike = True) -> LTXPipeline:
         """Load a diffusers-layout LTX-Video folder.
 
         Args:
@@ -248,6 +245,9 @@ class LTXPipeline:
           offload_chunk: keep the blocks in host memory and stream ``offload_chunk`` blocks at a time to the
             devices (any value from 1 to the layer count); None: resident.
           offload_overlap: with offloading, copy the next chunk while the current one computes.
+          progress: show the loading stage (:class:`vidax.core.progress.Progress`; False: nothing).
+          compile_cache: JAX's persistent compilation cache (:func:`vidax.core.compile_cache.enable_for_api`): True,
+            its default directory (unless ``VIDAX_COMPILE_CACHE=off``); a path; False: off.
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the transformer's
@@ -259,6 +259,7 @@ class LTXPipeline:
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
         t0 = time.perf_counter()
+        enable_for_api(compile_cache)
         trim_after_compiles()
         ckpt = resolve_checkpoint(folder)
         tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
@@ -274,13 +275,17 @@ class LTXPipeline:
             check_parallel(tcfg, mesh, LTX_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         specs = transformer_specs(tcfg)
-        tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, LTX_RULES))
-        tparams, chunks = split_blocks(tparams, specs, plan, mesh, LTX_RULES)
-        # The VAE's encoder side is read at the first conditioning image; text-to-video never reads it.
-        vparams = ckpt.load_vae(vcfg, vae_dtype, lvae.DECODER_PARTS)
-
-        eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
-        tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
+        with as_progress(progress).stage("loading", total=3, unit="part") as stage:
+            tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, LTX_RULES))
+            tparams, chunks = split_blocks(tparams, specs, plan, mesh, LTX_RULES)
+            stage.update()
+            # The VAE's encoder side is read at the first conditioning image; text-to-video never reads it.
+            vparams = ckpt.load_vae(vcfg, vae_dtype, lvae.DECODER_PARTS)
+            stage.update()
+            eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
+            tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
+            jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
+            stage.update()
         pipe = cls(ckpt.folder, ckpt.pipeline_class, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer,
                    ckpt.scheduler_config(), attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
@@ -377,7 +382,8 @@ class LTXPipeline:
         return lvae.normalize_latents(params, z)
 
     def decode_latents(self, latents: jax.Array, decode_timestep: float, decode_noise_scale: float | None,
-                       draws: Draws, decoder_noise=None, tiling: lvae.LTXVideoTiling | None = None) -> np.ndarray:
+                       draws: Draws, decoder_noise=None, tiling: lvae.LTXVideoTiling | None = None,
+                       on_tile: Callable[[], None] | None = None) -> np.ndarray:
         """``(B, 128, F', h, w)`` normalised latents -> float32 video ``(B, F, H, W, 3)`` in ``[0, 1]``.
 
         Args:
@@ -387,6 +393,7 @@ class LTXPipeline:
           decoder_noise: the decoder's injected noise per call (:func:`vidax.models.ltx.vae.decode`'s ``noise``)
             instead of drawing it.
           tiling: decode in tiles (:class:`vidax.models.ltx.vae.LTXVideoTiling`), or None.
+          on_tile: called after each decoder call (progress).
         """
         z = lvae.denormalize_latents(self.vae_params, jnp.asarray(latents, jnp.float32), self.vae_cfg.scaling_factor)
         timestep = None
@@ -396,7 +403,7 @@ class LTXPipeline:
             timestep = jnp.full((z.shape[0],), decode_timestep, jnp.float32)
         key = None if decoder_noise is not None else draws.key("decode", 1)
         video = lvae.decode(self.vae_params, self.vae_cfg, z, timestep=timestep, key=key, noise=decoder_noise,
-                            tiling=tiling)
+                            tiling=tiling, on_tile=on_tile)
         video = np.asarray(video, np.float32)
         check_finite_video(video)
         return np.clip(video.transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0.0, 1.0)
@@ -407,6 +414,7 @@ class LTXPipeline:
         negative_prompt: str | list[str] | None = None,
         *,
         image: Any = None,
+        last_image: Any = None,
         conditions: list[LTXVideoCondition] | None = None,
         height: int = 512,
         width: int = 704,
@@ -416,6 +424,7 @@ class LTXPipeline:
         timesteps: list[float] | np.ndarray | None = None,
         guidance_scale: float = 3.0,
         guidance_rescale: float = 0.0,
+        sampler: str | None = None,
         image_cond_noise_scale: float = 0.15,
         decode_timestep: float = 0.0,
         decode_noise_scale: float | None = None,
@@ -427,8 +436,8 @@ class LTXPipeline:
         decoder_noise=None,
         vae_tiling: lvae.LTXVideoTiling | bool | None = None,
         output_type: str = "uint8",
-        progress: bool = True,
-    ) -> LTXOutput:
+        progress: bool | Progress = True,
+    ) -> VideoOutput:
         """Generate videos, from text alone or conditioned on images / videos (:mod:`vidax.models.ltx.conditioning`).
 
         Args:
@@ -436,6 +445,8 @@ class LTXPipeline:
           negative_prompt: for classifier-free guidance; default "" (as diffusers).
           image: a first frame (path, ``PIL.Image`` or uint8 array): image-to-video, as ``LTXImageToVideoPipeline``
             (``LTXPipeline`` folders) or ``LTXConditionPipeline`` with one condition at frame 0, strength 1.
+          last_image: with ``image``, a last frame (``LTXConditionPipeline`` folders): conditions at frames 0 and
+            ``num_frames - 1``, strength 1 (first-last-frame-to-video).
           conditions: ``LTXConditionPipeline`` folders only: :class:`~vidax.models.ltx.conditioning.LTXVideoCondition`
             items (images or videos at frame indices, with strengths).
           height, width: pixels, multiples of 32 (704 x 1216 for the paper's presets); conditions are resized to it.
@@ -446,6 +457,7 @@ class LTXPipeline:
             schedule (module docstring, step 3).
           guidance_scale: CFG scale; guidance is off at 1.0 or below (the distilled models run at 1.0).
           guidance_rescale: rescale factor in ``[0, 1]`` (0.7 for the dev models' presets); 0: off.
+          sampler: ``"euler"`` or None (the only sampler the references use for LTX-Video).
           image_cond_noise_scale: the condition pipeline's per-step noise on fully conditioned tokens, times
             ``(t / 1000)^2`` (0: off).
           decode_timestep: the timestep-conditioned VAE's decode timestep (0.05 for 0.9.8).
@@ -460,10 +472,11 @@ class LTXPipeline:
           vae_tiling: decode in tiles: True (the reference's ``enable_tiling()`` defaults), a
             :class:`~vidax.models.ltx.vae.LTXVideoTiling`, or None/False (untiled).
           output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
-          progress: show a progress bar.
+          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing).
 
         Returns:
-          :class:`LTXOutput` with frames ``(B, F, H, W, 3)``.
+          :class:`vidax.video.VideoOutput`: frames ``(B, F, H, W, 3)`` at ``frame_rate``, normalised latents,
+          metrics (:data:`vidax.video.COMMON_METRICS`).
 
         Raises:
           ValueError: invalid sizes or frame rate (:func:`check_inputs`), mismatched prompt batches or latents, a
@@ -473,6 +486,18 @@ class LTXPipeline:
         """
         tcfg, vcfg = self.transformer_cfg, self.vae_cfg
         check_inputs(vcfg, height, width, num_frames, frame_rate)
+        if sampler not in (None, "euler"):
+            raise ValueError(f"sampler={sampler!r} is not an LTX-Video sampler; LTX-Video samples with 'euler'")
+        if last_image is not None:
+            if image is None or conditions:
+                raise ValueError("last_image needs image (the first frame), and no conditions")
+            if not self.condition_semantics:
+                raise ValueError(f"last_image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); {self.folder} "
+                                 f"is an {self.pipeline_class} folder, which takes image only")
+            if num_frames < 2:
+                raise ValueError("last_image needs a video of more than one frame (e.g. num_frames=121)")
+            conditions = [LTXVideoCondition(image=image), LTXVideoCondition(image=last_image, frame_index=num_frames - 1)]
+            image = None
         if output_type not in ("uint8", "float"):
             raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")
         guidance_scale, seed = check_guidance(guidance_scale), check_seed(seed)
@@ -499,12 +524,14 @@ class LTXPipeline:
         rescale = guided and guidance_rescale > 0.0
         check_parallel(tcfg, self.mesh, self.rules, batch=2 * b if guided else b)
         max_len = max_sequence_length or MAX_SEQUENCE_LENGTH.get(self.pipeline_class, 128)
+        progress = as_progress(progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()
-        text, lengths = self.encode_prompt(negatives + prompts if guided else prompts, max_len)
-        context = text.astype(self.compute_dtype)
-        jax.block_until_ready(context)
+        with progress.stage("text encoder"):
+            text, lengths = self.encode_prompt(negatives + prompts if guided else prompts, max_len)
+            context = text.astype(self.compute_dtype)
+            jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
         explicit = {"latents": latents, "decode": decode_noise}
@@ -517,8 +544,9 @@ class LTXPipeline:
         draws = Draws(jax.random.key(seed), override)
         s_count = int(np.prod(grid))
         scheduler, state = self.schedule(num_inference_steps, timesteps, s_count)
-        x0, mask, cos, sin, n_extra = self._initial_latents(conds, shape, draws, height, width, num_frames, frame_rate,
-                                                           metrics)
+        with progress.stage("VAE encode", total=len(conds), unit="condition") if conds else _nothing() as stage:
+            x0, mask, cos, sin, n_extra = self._initial_latents(conds, shape, draws, height, width, num_frames,
+                                                               frame_rate, metrics, stage)
         metrics.update(parallel_metrics(self.mesh, self.rules, tcfg.num_attention_heads, self.attention))
         vae_device = first_device(self.vae_params)
         x, cos, sin, lengths, mask = to_mesh((x0, jnp.asarray(cos), jnp.asarray(sin), lengths, mask), self.mesh,
@@ -531,40 +559,46 @@ class LTXPipeline:
             t0 = time.perf_counter()
             t_shape = (b,) if mask is None else (b, x.shape[1])
             tb0 = to_mesh(jnp.zeros(t_shape, jnp.float32), self.mesh, self.rules)
-            compiled = self.compile_step(x, tb0, context, lengths, cos, sin, g, gr, guided=guided, rescale=rescale)
+            with progress.stage("compiling"), recording() as ran:
+                compiled = self.compile_step(x, tb0, context, lengths, cos, sin, g, gr, guided=guided, rescale=rescale)
+            if ran or self._attention_ran is None:
+                self._attention_ran = ran_label(ran, self.attention)
+            metrics["attention"] = self._attention_ran
             metrics["compile_s"] = time.perf_counter() - t0
             metrics["block_loop"] = self.block_loop
             step_times = []
-            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
-                ts = time.perf_counter()
-                t = jnp.float32(state.timesteps[i])
-                if init is not None and image_cond_noise_scale > 0:
-                    # Fresh noise on fully conditioned tokens, growing with the noise level (motion continuity).
-                    fresh = to_mesh(draws("image_cond", i, x.shape), self.mesh, self.rules)
-                    held = (mask > 1.0 - 1e-6)[..., None]
-                    tt = t / 1000.0
-                    x = jnp.where(held, init + (image_cond_noise_scale * fresh) * (tt * tt), x)
-                tb = jnp.full((b,), t, jnp.float32)
-                if mask is None:
-                    per_token = None
-                elif self.condition_semantics:
-                    per_token = jnp.minimum(tb[:, None], (1.0 - mask) * 1000.0)
-                else:
-                    per_token = tb[:, None] * (1.0 - mask)
-                tm = to_mesh(tb if per_token is None else per_token, self.mesh, self.rules)
-                pred = compiled(self.transformer_params, x, tm, context, lengths, cos, sin, g, gr)
-                if self.condition_semantics:
-                    stepped, state = scheduler.step(state, -pred, x, i,
-                                                    per_token_timesteps=tb[:, None] if per_token is None else tm)
-                    if mask is not None:  # tokens stop moving once t falls to their conditioning strength
-                        stepped = jnp.where((t / 1000.0 - 1e-6 < (1.0 - mask))[..., None], stepped, x)
-                else:
-                    stepped, state = scheduler.step(state, pred, x, i)
-                    if mask is not None:  # the image frame is never stepped
-                        stepped = jnp.where((mask > 0)[..., None], x, stepped)
-                x = stepped
-                jax.block_until_ready(x)
-                step_times.append(time.perf_counter() - ts)
+            with progress.stage("denoising", total=state.num_inference_steps, unit="step") as stage:
+                for i in range(state.num_inference_steps):
+                    ts = time.perf_counter()
+                    t = jnp.float32(state.timesteps[i])
+                    if init is not None and image_cond_noise_scale > 0:
+                        # Fresh noise on fully conditioned tokens, growing with the noise level (motion continuity).
+                        fresh = to_mesh(draws("image_cond", i, x.shape), self.mesh, self.rules)
+                        held = (mask > 1.0 - 1e-6)[..., None]
+                        tt = t / 1000.0
+                        x = jnp.where(held, init + (image_cond_noise_scale * fresh) * (tt * tt), x)
+                    tb = jnp.full((b,), t, jnp.float32)
+                    if mask is None:
+                        per_token = None
+                    elif self.condition_semantics:
+                        per_token = jnp.minimum(tb[:, None], (1.0 - mask) * 1000.0)
+                    else:
+                        per_token = tb[:, None] * (1.0 - mask)
+                    tm = to_mesh(tb if per_token is None else per_token, self.mesh, self.rules)
+                    pred = compiled(self.transformer_params, x, tm, context, lengths, cos, sin, g, gr)
+                    if self.condition_semantics:
+                        stepped, state = scheduler.step(state, -pred, x, i,
+                                                        per_token_timesteps=tb[:, None] if per_token is None else tm)
+                        if mask is not None:  # tokens stop moving once t falls to their conditioning strength
+                            stepped = jnp.where((t / 1000.0 - 1e-6 < (1.0 - mask))[..., None], stepped, x)
+                    else:
+                        stepped, state = scheduler.step(state, pred, x, i)
+                        if mask is not None:  # the image frame is never stepped
+                            stepped = jnp.where((mask > 0)[..., None], x, stepped)
+                    x = stepped
+                    jax.block_until_ready(x)
+                    step_times.append(time.perf_counter() - ts)
+                    stage.update()
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
 
@@ -573,12 +607,16 @@ class LTXPipeline:
             x = jax.device_put(x, vae_device)  # the VAE runs on one device
         final = unpack_latents(x[:, n_extra:], grid)
         tiling = lvae.LTXVideoTiling() if vae_tiling is True else (vae_tiling or None)
-        frames = self.decode_latents(final, decode_timestep, decode_noise_scale, draws, decoder_noise, tiling)
+        with progress.stage("VAE decode", unit="tile") as stage:
+            frames = self.decode_latents(final, decode_timestep, decode_noise_scale, draws, decoder_noise, tiling,
+                                         on_tile=stage.update)
         metrics["vae_decode_s"] = time.perf_counter() - t0
         if output_type == "uint8":
             frames = np.round(frames * 255.0).astype(np.uint8)
-        metrics.update(peak_memory_metrics())
-        return LTXOutput(frames=frames, latents=np.asarray(final), fps=float(frame_rate), metrics=metrics)
+        fps = float(frame_rate)
+        finish_metrics(metrics, height=height, width=width, num_frames=num_frames,
+                       num_inference_steps=state.num_inference_steps, fps=fps)
+        return VideoOutput(frames=frames, fps=fps, metrics=metrics, latents=np.asarray(final))
 
     def _conditions(self, image, conditions) -> list[LTXVideoCondition]:
         """The call's conditions (``image`` is one at frame 0, strength 1), checked against the folder's semantics."""
@@ -596,7 +634,7 @@ class LTXPipeline:
                              "LTXConditionPipeline checkpoint (LTX-Video 0.9.5+)")
         return conds
 
-    def _initial_latents(self, conds, shape, draws: Draws, height, width, num_frames, frame_rate, metrics):
+    def _initial_latents(self, conds, shape, draws: Draws, height, width, num_frames, frame_rate, metrics, stage):
         """The sampler's starting tokens, conditioning mask (None: text only), RoPE tables and extra token count."""
         grid = shape[2:]
         s, t = self.vae_cfg.spatial_compression, self.vae_cfg.temporal_compression
@@ -608,14 +646,19 @@ class LTXPipeline:
         t0 = time.perf_counter()
         if not self.condition_semantics:  # LTXImageToVideoPipeline: posterior first, then the noise
             z = self.encode_condition(pixels[0], lambda sh: draws("posterior", 0, sh))
+            jax.block_until_ready(z)
+            stage.update()
             latents, frame_mask = image_to_video_latents(draws("latents", 0, shape), z)
             metrics["vae_encode_s"] = time.perf_counter() - t0
             mask = jnp.broadcast_to(jnp.repeat(frame_mask, grid[1] * grid[2])[None], (shape[0], int(np.prod(grid))))
             cos, sin = self.rope(grid, frame_rate)
             return pack_latents(latents), mask, cos, sin, 0
         noise = draws("latents", 0, shape)  # LTXConditionPipeline: the noise first, then each condition
-        items = [(c, px.shape[2], self.encode_condition(px, lambda sh, k=k: draws("posterior", k, sh)))
-                 for k, (c, px) in enumerate(zip(conds, pixels))]
+        items = []
+        for k, (c, px) in enumerate(zip(conds, pixels)):
+            items.append((c, px.shape[2], jax.block_until_ready(
+                self.encode_condition(px, lambda sh, k=k: draws("posterior", k, sh)))))
+            stage.update()
         out = condition_latents(noise, items, draws, s, t)
         metrics["vae_encode_s"] = time.perf_counter() - t0
         cos, sin = self.rope(grid, frame_rate, out.pixel_coords)

@@ -54,7 +54,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -800,6 +800,7 @@ class _DecoderCalls:
 
     def __init__(self, params, cfg, timestep, key, noise):
         self.params, self.cfg, self.timestep, self.key, self.noise, self.count = params, cfg, timestep, key, noise, 0
+        self.on_call = None  # called after each decoder call (progress)
 
     def __call__(self, z: jax.Array) -> jax.Array:
         k, self.count = self.count, self.count + 1
@@ -818,7 +819,11 @@ class _DecoderCalls:
                 if got != want:
                     raise ValueError(f"decode: noise[{k}] has shapes {got}, the decoder call needs {want} "
                                      "(decoder_noise_shapes)")
-        return decode_tile(self.params, self.cfg, z, self.timestep, noise)
+        out = decode_tile(self.params, self.cfg, z, self.timestep, noise)
+        if self.on_call is not None:
+            jax.block_until_ready(out)
+            self.on_call()
+        return out
 
     def finish(self):
         if self.noise is not None and self.count != len(self.noise):
@@ -1034,7 +1039,7 @@ def _prepare(params, cfg, z, timestep, key, noise) -> _DecoderCalls:
 
 def decode(params: dict, cfg: LTXVideoVAEConfig, z: jax.Array, timestep: float | jax.Array | None = None,
            key: jax.Array | None = None, noise: dict | Sequence[dict] | None = None,
-           tiling: LTXVideoTiling | None = None) -> jax.Array:
+           tiling: LTXVideoTiling | None = None, on_tile: Callable[[], None] | None = None) -> jax.Array:
     """Decode latents to video (``AutoencoderKLLTXVideo.decode(z, temb).sample``), tiled as the reference when asked.
 
     The reference's ``_decode``: with ``tiling.temporal`` and more latent frames than a tile,
@@ -1054,6 +1059,7 @@ def decode(params: dict, cfg: LTXVideoVAEConfig, z: jax.Array, timestep: float |
       noise: instead of ``key``: the noise of each decoder call, in the reference's call order (raster
         order of tiles, temporal tiles outermost); a dict alone for one call.
       tiling: None (no tiling) or the settings.
+      on_tile: called after each decoder call (one per tile; progress).
 
     Returns:
       float32 video ``(B, out_channels, 8 (T - 1) + 1, 32 h, 32 w)`` (:func:`decoded_frames`), not clamped.
@@ -1065,6 +1071,7 @@ def decode(params: dict, cfg: LTXVideoVAEConfig, z: jax.Array, timestep: float |
     _check_latents(z, cfg, "decode")
     q = None if tiling is None else tiling.resolve(cfg)
     decoder = _prepare(params, cfg, z, timestep, key, noise)
+    decoder.on_call = on_tile
     if tiling is None:
         out = decoder(jnp.asarray(z))
     elif tiling.temporal and z.shape[2] > q["latent_frames"]:

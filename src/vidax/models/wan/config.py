@@ -223,6 +223,18 @@ class WanPreset:
     max_area: int | None = None
     guidance_scale_2: float | None = None
 
+    def settings(self) -> dict:
+        """The pipeline call's settings of this row (``height``, ``width``, ..., ``flow_shift``; ``max_area`` and
+        ``guidance_scale_2`` where the row has them)."""
+        out = dict(height=self.height, width=self.width, num_frames=self.num_frames,
+                   num_inference_steps=self.num_inference_steps, guidance_scale=self.guidance_scale,
+                   flow_shift=self.flow_shift, negative_prompt=self.negative_prompt)
+        if self.max_area is not None:
+            out["max_area"] = self.max_area
+        if self.guidance_scale_2 is not None:
+            out["guidance_scale_2"] = self.guidance_scale_2
+        return out
+
 
 PRESETS: dict[str, WanPreset] = {
     p.name: p

@@ -34,23 +34,23 @@ from __future__ import annotations
 import os
 from functools import partial
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.checkpoint.reader import CountingReader
-from vidax.core.attention import AttentionImpl
+from vidax.core.attention import AttentionImpl, ran_label, recording
+from vidax.core.compile_cache import enable_for_api
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import check_dtype, check_guidance, check_seed, integer_problems, is_integer, prompt_batch
 from vidax.core.offload import ChunkPlan, OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated
+from vidax.core.progress import Progress, as_progress
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, optional_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
@@ -62,7 +62,7 @@ from vidax.models.wan import offload as wan_offload
 from vidax.models.wan.transformer import (forward, forward_epilogue, forward_prologue, num_tokens, rope_tables,
                                           transformer_specs)
 from vidax.schedulers import scheduler_from_config
-from vidax.video import frames_from_video, peak_memory_metrics
+from vidax.video import VideoOutput, finish_metrics, frames_from_video
 
 # The parts a diffusers-layout Wan checkpoint folder must have.
 PARTS = DIFFUSERS_PARTS
@@ -110,19 +110,9 @@ def check_checkpoint_dir(folder: str | os.PathLike) -> Path:
     return resolve_checkpoint(folder).folder
 
 
-@dataclass
-class WanOutput:
-    """Result of a pipeline call.
-
-    Attributes:
-      frames: uint8 ``(B, F, H, W, 3)`` RGB (or float32 in ``[0, 1]`` with ``output_type="float"``).
-      latents: float32 final latents ``(B, 16, T, H/8, W/8)``.
-      metrics: timings in seconds and peak memory in bytes.
-    """
-
-    frames: np.ndarray
-    latents: np.ndarray
-    metrics: dict[str, Any] = field(default_factory=dict)
+#: The Wan pipelines' result: :class:`vidax.video.VideoOutput` (frames ``(B, F, H, W, 3)``, fps, metrics, latents
+#: ``(B, z, T, H/f, W/f)``); the old name kept.
+WanOutput = VideoOutput
 
 
 class WanPipeline:
@@ -164,6 +154,7 @@ class WanPipeline:
         self.offload = offload
         self.offload_overlap = offload_overlap
         self.load_stats: dict[str, Any] = {}
+        self._attention_ran: str | None = None  # what the step's attention ran last time it was traced
 
     @property
     def text_params(self) -> dict:
@@ -187,6 +178,8 @@ class WanPipeline:
         offload_overlap: bool = True,
         text_encoder_residency: str = "auto",
         block_loop: str = "auto",
+        progress: bool | Progress = True,
+        compile_cache: bool | str | os.PathLike = True,
     ) -> WanPipeline:
         """Load a Wan2.1 T2V folder in either layout, detected by :func:`vidax.models.wan.layout.resolve_checkpoint`.
 
@@ -226,6 +219,9 @@ class WanPipeline:
             1.3B-width step at 128 tokens 0.36 -> 0.30 s, docs/design.md "Block loop"), ``"scan"`` elsewhere.
             Both compile the block once and compute the same values. With ``offload_chunk`` the blocks
             stream from host memory instead, and this is not used.
+          progress: show the loading stage (:class:`vidax.core.progress.Progress`; False: nothing).
+          compile_cache: JAX's persistent compilation cache (:mod:`vidax.core.compile_cache`): True, its default
+            directory (unless ``VIDAX_COMPILE_CACHE=off``); a path; False: off.
 
         Raises:
           CheckpointError: a missing part (named), a corrupt file, a text encoder whose width is
@@ -249,17 +245,28 @@ class WanPipeline:
                                                                           "needs_general_pipeline")}
                 return WanImageToVideoPipeline.from_pretrained(folder, **options)
         t0 = time.perf_counter()
+        enable_for_api(compile_cache)
         trim_after_compiles()  # return each large compilation's freed host heap to the OS (core.host_memory)
         ckpt = resolve_checkpoint(folder)
-        maps = ckpt.maps
         tcfg = ckpt.transformer_config()
         mesh = optional_mesh(dp, tp, sp, devices=devices)
         if mesh is not None:
             check_parallel(tcfg, mesh, WAN_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
+        with as_progress(progress).stage("loading", total=4, unit="part") as stage:
+            pipe = cls._load(ckpt, tcfg, mesh, plan, dtype, text_encoder_dtype, vae_dtype, attention,
+                             text_encoder_residency, offload_overlap, stage)
+        pipe.load_seconds = time.perf_counter() - t0
+        return pipe
+
+    @classmethod
+    def _load(cls, ckpt, tcfg, mesh, plan, dtype, text_encoder_dtype, vae_dtype, attention, text_encoder_residency,
+              offload_overlap, stage) -> WanPipeline:
+        maps = ckpt.maps
         treader = CountingReader(ckpt.transformer_reader())
         tparams, offload = load_transformer(treader, maps.transformer_keymap(tcfg), tcfg, dtype,
                                             source=str(ckpt.transformer_weights), mesh=mesh, plan=plan)
+        stage.update()
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
 
@@ -269,6 +276,7 @@ class WanPipeline:
 
         # The encoder side (40% of the Wan2.1 VAE) is loaded on demand (vae_encoder).
         vparams = load_vae(wan_vae.DECODER_PARTS, vreader)
+        stage.update()
         ereader = ckpt.text_encoder_reader()
         ecfg = ckpt.text_encoder_config(ereader)
         if ecfg.d_model != tcfg.text_dim:
@@ -283,6 +291,7 @@ class WanPipeline:
                                jnp.dtype(text_encoder_dtype), source=str(ckpt.text_encoder_weights))
 
         eparams = load_text_encoder(ereader)
+        stage.update()
         tokenizer = Tokenizer.from_folder(ckpt.tokenizer)
         sched_cfg = ckpt.scheduler_config()
         if sched_cfg is None:
@@ -294,7 +303,7 @@ class WanPipeline:
         pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
         pipe.vae_encoder = OnDemand(lambda: load_vae(wan_vae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if offload is None else offload.chunks))
-        pipe.load_seconds = time.perf_counter() - t0
+        stage.update()
         # Bytes of the transformer checkpoint this process read (its own shards on several hosts).
         pipe.load_stats = {"transformer_bytes_read": treader.bytes_read}
         return pipe
@@ -337,6 +346,8 @@ class WanPipeline:
         prompt: str | list[str],
         negative_prompt: str | list[str] | None = None,
         *,
+        image: Any = None,
+        last_image: Any = None,
         height: int = 480,
         width: int = 832,
         num_frames: int = 81,
@@ -347,13 +358,15 @@ class WanPipeline:
         seed: int = 0,
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
-        progress: bool = True,
-    ) -> WanOutput:
+        progress: bool | Progress = True,
+    ) -> VideoOutput:
         """Generate videos.
 
         Args:
           prompt: one prompt or a list (batch).
           negative_prompt: for classifier-free guidance; default "" (as diffusers).
+          image, last_image: not taken: a Wan2.1 text-to-video checkpoint (the common call's keywords; image-to-video
+            checkpoints load as :class:`~vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline`).
           height, width: pixels, multiples of 16.
           num_frames: 4k+1 frames.
           num_inference_steps: sampler steps.
@@ -363,35 +376,43 @@ class WanPipeline:
           seed: PRNG seed of the initial noise (drawn once for the whole latent).
           latents: explicit initial latents float32 ``(B, 16, (F-1)/4+1, H/8, W/8)`` instead of noise.
           output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
-          progress: show a progress bar.
+          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing).
 
         Returns:
-          :class:`WanOutput` with frames ``(B, F, H, W, 3)``.
+          :class:`vidax.video.VideoOutput`: frames ``(B, F, H, W, 3)`` at 16 fps, latents ``(B, 16, T, H/8, W/8)``,
+          metrics (:data:`vidax.video.COMMON_METRICS` and the block loop, mesh and bytes read).
 
         Raises:
-          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a prompt
+          ValueError: an image (this checkpoint is text-to-video), invalid sizes (see :func:`check_inputs`; the token
+            grid within ``rope_max_seq_len``), mismatched prompt batches or latents, a prompt
             that is not a string (or list of them), a seed outside ``[0, 2**32)``, a non-finite guidance scale
             (:mod:`vidax.core.inputs`).
           FloatingPointError: the decoded video holds NaN values (e.g. NaN weights) instead of black frames.
         """
+        if image is not None or last_image is not None:
+            raise ValueError(f"{self.folder} is a Wan2.1 text-to-video checkpoint: it takes no image (image-to-video "
+                             "needs an I2V, FLF2V or Wan2.2 checkpoint)")
         check_inputs(height, width, num_frames)
         prompts, negatives = prompt_batch(prompt, negative_prompt)
         guidance_scale, seed = check_guidance(guidance_scale), check_seed(seed)
         guided = guidance_scale > 1.0
         b = len(prompts)
         check_parallel(self.transformer_cfg, self.mesh, self.rules, batch=2 * b if guided else b)
-        lead = jax.process_index() == 0  # on several hosts only process 0 shows progress
         shape = (b, self.transformer_cfg.in_channels, (num_frames - 1) // VAE_SCALE_TEMPORAL + 1,
                  height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL)
         if latents is not None and tuple(latents.shape) != shape:
             raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} for these sizes")
+        # Host-side tables first: a token grid beyond rope_max_seq_len fails before any noise is drawn.
+        cos, sin = rope_tables(self.transformer_cfg, shape)
+        progress = as_progress(progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()
-        text = self.encode_prompt(prompts + negatives if guided else prompts)
-        dtype = self.transformer_params["patch_embedding"]["kernel"].dtype
-        context = text.astype(dtype)
-        jax.block_until_ready(context)
+        with progress.stage("text encoder"):
+            text = self.encode_prompt(prompts + negatives if guided else prompts)
+            dtype = self.transformer_params["patch_embedding"]["kernel"].dtype
+            context = text.astype(dtype)
+            jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
         scheduler = self.make_scheduler(sampler, flow_shift)
@@ -400,7 +421,7 @@ class WanPipeline:
             x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
         else:
             x = jnp.asarray(latents, jnp.float32)
-        cos, sin = (jnp.asarray(a) for a in rope_tables(self.transformer_cfg, shape))
+        cos, sin = jnp.asarray(cos), jnp.asarray(sin)
         g = jnp.float32(guidance_scale)
         metrics.update(parallel_metrics(self.mesh, self.rules, self.transformer_cfg.num_attention_heads,
                                         self.attention))
@@ -410,30 +431,48 @@ class WanPipeline:
         with mesh_context(self.mesh):
             t0 = time.perf_counter()
             t = self._to_mesh(np.zeros((b,), np.float32))[0]
-            compiled = self.compile_step(self.transformer_params, x, t, context, cos, sin, g, guided=guided)
+            with progress.stage("compiling"), recording() as ran:
+                compiled = self.compile_step(self.transformer_params, x, t, context, cos, sin, g, guided=guided)
+            metrics["attention"] = self._attention_label(ran)
             metrics.update(self._block_metrics())
             metrics["compile_s"] = time.perf_counter() - t0
 
             step_times = []
-            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not (progress and lead)):
-                ts = time.perf_counter()
-                t = self._to_mesh(np.full((b,), state.timesteps[i], np.float32))[0]
-                noise_pred = compiled(self.transformer_params, x, t, context, cos, sin, g)
-                x, state = scheduler.step(state, noise_pred, x, i)
-                jax.block_until_ready(x)
-                step_times.append(time.perf_counter() - ts)
+            with progress.stage("denoising", total=state.num_inference_steps, unit="step") as stage:
+                for i in range(state.num_inference_steps):
+                    ts = time.perf_counter()
+                    t = self._to_mesh(np.full((b,), state.timesteps[i], np.float32))[0]
+                    noise_pred = compiled(self.transformer_params, x, t, context, cos, sin, g)
+                    x, state = scheduler.step(state, noise_pred, x, i)
+                    jax.block_until_ready(x)
+                    step_times.append(time.perf_counter() - ts)
+                    stage.update()
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
         metrics.update(self.load_stats)
 
         t0 = time.perf_counter()
         x = jax.device_put(_local(x), aux_device)  # the VAE runs on one device (of each process)
-        video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
-        video = np.asarray(video, np.float32)
+        with progress.stage("VAE decode", total=x.shape[2], unit="chunk") as stage:
+            video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x),
+                                   on_chunk=stage.update)
+            video = np.asarray(video, np.float32)
         metrics["vae_decode_s"] = time.perf_counter() - t0
         frames = frames_from_video(video, output_type)
-        metrics.update(peak_memory_metrics())
-        return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
+        finish_metrics(metrics, height=height, width=width, num_frames=num_frames,
+                       num_inference_steps=state.num_inference_steps, fps=self.fps)
+        return VideoOutput(frames=frames, fps=self.fps, metrics=metrics, latents=np.asarray(x))
+
+    @property
+    def fps(self) -> int:
+        """The frame rate of the model's videos: 24 for Wan2.2 TI2V-5B (its VAE), 16 for the others."""
+        return 24 if self.vae_cfg.patch_size else 16
+
+    def _attention_label(self, ran: set) -> str:
+        """The ``attention`` metric: what the step's attention ran when last traced (:func:`vidax.core.attention.ran_label`)."""
+        if ran or self._attention_ran is None:
+            self._attention_ran = ran_label(ran, self.attention)
+        return self._attention_ran
 
     def compilations(self) -> int:
         """How many times this pipeline has compiled its scanned step (``block_loop="scan"``; the host block

@@ -47,23 +47,24 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
+from vidax.core.attention import recording
 from vidax.core.inputs import check_dtype, check_guidance, check_seed, prompt_batch
 from vidax.core.offload import OffloadedStack, block_plan
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated
+from vidax.core.progress import Progress, as_progress
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_specs, encode_images, preprocess_images
 from vidax.models.wan import offload as wan_offload
 from vidax.models.wan import vae as wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
-from vidax.models.wan.pipeline import WanOutput, WanPipeline, compile_offloaded, load_transformer
+from vidax.models.wan.pipeline import WanPipeline, compile_offloaded, load_transformer
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan.transformer import forward, forward_prologue, rope_tables, transformer_specs
 from vidax.core.images import ImageError, load_image, vae_pixels  # noqa: F401 (ImageError, load_image: re-exported)
-from vidax.video import frames_from_video, peak_memory_metrics
+from vidax.video import VideoOutput, finish_metrics, frames_from_video
 
 #: Output area when neither a size nor ``max_area`` is given (480 x 832, the 480p presets).
 DEFAULT_MAX_AREA = 480 * 832
@@ -426,8 +427,10 @@ class WanImageToVideoPipeline(WanPipeline):
             return 480, 832
         return size_for_image(image.height, image.width, max_area or DEFAULT_MAX_AREA, self.size_multiple)
 
-    def prepare_condition(self, image, last_image, batch: int, height: int, width: int, num_frames: int):
-        """VAE-encode the conditioning frame(s): the ``condition`` (and ``mask``) of :func:`_video_step`.
+    def prepare_condition(self, image, last_image, batch: int, height: int, width: int, num_frames: int,
+                          on_chunk=None):
+        """VAE-encode the conditioning frame(s): the ``condition`` (and ``mask``) of :func:`_video_step`
+        (``on_chunk``: called after each encoded chunk, for progress).
 
         Returns:
           ``(condition, mask)``: ``"concat"``: float32 ``(B, 4 + z, T, h, w)`` and None;
@@ -448,7 +451,7 @@ class WanImageToVideoPipeline(WanPipeline):
         device = first_device(self.vae_params)
         # The encoder side is loaded at the first image (a text-only TI2V run never reads it).
         vae = {**self.vae_params, **self.vae_encoder.get()}
-        mean, _ = wan_vae.encode(vae, self.vae_cfg, jax.device_put(jnp.asarray(video), device))
+        mean, _ = wan_vae.encode(vae, self.vae_cfg, jax.device_put(jnp.asarray(video), device), on_chunk=on_chunk)
         latent = wan_vae.normalize_latents(self.vae_cfg, mean.astype(jnp.float32))  # retrieve_latents(argmax)
         if self.condition_mode == "expand":
             mask = np.ones((1, 1, t, lh, lw), np.float32)
@@ -479,8 +482,8 @@ class WanImageToVideoPipeline(WanPipeline):
         seed: int = 0,
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
-        progress: bool = True,
-    ) -> WanOutput:
+        progress: bool | Progress = True,
+    ) -> VideoOutput:
         """Generate videos, from an image (I2V), two images (FLF2V) or text alone (T2V).
 
         Args:
@@ -499,11 +502,11 @@ class WanImageToVideoPipeline(WanPipeline):
           guidance_scale_2: the low-noise expert's scale (A14B only; default ``guidance_scale``).
           latents: explicit initial noise float32 ``(B, z, (F-1)/4+1, H/f, W/f)``.
           output_type: "uint8" or "float".
-          progress: show a progress bar.
+          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing).
 
         Returns:
-          :class:`WanOutput`: frames ``(B, F, H, W, 3)``; metrics add ``image_encoder_s``,
-          ``vae_encode_s``, ``expert_switch_step`` and ``expert_swaps``.
+          :class:`vidax.video.VideoOutput`: frames ``(B, F, H, W, 3)`` at :attr:`fps`; metrics
+          (:data:`vidax.video.COMMON_METRICS`) add ``image_encoder_s``, ``expert_switch_step`` and ``expert_swaps``.
 
         Raises:
           ImageError: a missing, unreadable or too small image. ValueError: an image for a text-only
@@ -547,30 +550,39 @@ class WanImageToVideoPipeline(WanPipeline):
         shape = (b, self.latent_channels, (num_frames - 1) // TEMPORAL + 1, height // f, width // f)
         if latents is not None and tuple(latents.shape) != shape:
             raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} for these sizes")
-        metrics: dict[str, Any] = {"load_s": self.load_seconds, "height": height, "width": width,
-                                   "num_frames": num_frames}
+        # Host-side tables first: a token grid beyond rope_max_seq_len fails before anything is computed.
+        cos, sin = rope_tables(tcfg, (b, tcfg.in_channels, *shape[2:]))
+        progress = as_progress(progress)
+        metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()
-        text = self.encode_prompt(prompts + negatives if guided else prompts)
-        dtype = _compute_dtype(self.experts)
-        context = text.astype(dtype)
-        jax.block_until_ready(context)
+        with progress.stage("text encoder"):
+            text = self.encode_prompt(prompts + negatives if guided else prompts)
+            dtype = _compute_dtype(self.experts)
+            context = text.astype(dtype)
+            jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         image_context = None
         if tcfg.has_image_input:
-            states = self.encode_image([image] if last_image is None else [image, last_image])
-            # FLF2V: first frame's tokens then the last frame's, one row per sample (diffusers views (2B, L) as (B, 2L)).
-            states = states.reshape(1, -1, states.shape[-1])
-            image_context = jnp.broadcast_to(states, (b, *states.shape[1:])).astype(dtype)
+            with progress.stage("image encoder"):
+                states = self.encode_image([image] if last_image is None else [image, last_image])
+                # FLF2V: first frame's tokens then the last frame's, one row per sample (diffusers views (2B, L) as
+                # (B, 2L)).
+                states = states.reshape(1, -1, states.shape[-1])
+                image_context = jnp.broadcast_to(states, (b, *states.shape[1:])).astype(dtype)
+                jax.block_until_ready(image_context)
         metrics["image_encoder_s"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         condition = mask = None
         if mode != "t2v":
-            condition, mask = self.prepare_condition(image, last_image, b, height, width, num_frames)
-            jax.block_until_ready(condition)
+            frames_in = 1 if mode == "expand" else num_frames
+            with progress.stage("VAE encode", total=(frames_in - 1) // TEMPORAL + 1, unit="chunk") as stage:
+                condition, mask = self.prepare_condition(image, last_image, b, height, width, num_frames,
+                                                         on_chunk=stage.update)
+                jax.block_until_ready(condition)
         metrics["vae_encode_s"] = time.perf_counter() - t0
 
         scheduler = self.make_scheduler(sampler, flow_shift)
@@ -580,7 +592,7 @@ class WanImageToVideoPipeline(WanPipeline):
             x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
         else:
             x = jnp.asarray(latents, jnp.float32)
-        cos, sin = (jnp.asarray(a) for a in rope_tables(tcfg, (b, tcfg.in_channels, *shape[2:])))
+        cos, sin = jnp.asarray(cos), jnp.asarray(sin)
         scales = (jnp.float32(guidance_scale), jnp.float32(guidance_scale_2))
         step_args = dict(cfg=tcfg, attention_impl=self.attention, guided=guided, mode=mode, mesh=self.mesh,
                          rules=self.rules)
@@ -597,26 +609,31 @@ class WanImageToVideoPipeline(WanPipeline):
             t0 = time.perf_counter()
             t_arg = self._to_mesh(jnp.zeros((b,), jnp.float32))[0]
             first = expert_for_timestep(state.timesteps[0], boundary) if state.num_inference_steps else HIGH_NOISE
-            if self.offload is None:
-                compiled = self._video_step.lower(self.experts.get(first), x, condition, mask, t_arg, context,
-                                                  image_context, cos, sin, scales[0], **step_args).compile()
-            else:
-                compiled = self._compile_offloaded_video(x, condition, mask, t_arg, context, image_context, cos, sin,
-                                                         scales[0], guided=guided, mode=mode)
+            with progress.stage("compiling"), recording() as ran:
+                if self.offload is None:
+                    compiled = self._video_step.lower(self.experts.get(first), x, condition, mask, t_arg, context,
+                                                      image_context, cos, sin, scales[0], **step_args).compile()
+                else:
+                    compiled = self._compile_offloaded_video(x, condition, mask, t_arg, context, image_context, cos,
+                                                             sin, scales[0], guided=guided, mode=mode)
+            metrics["attention"] = self._attention_label(ran)
             metrics.update(self._block_metrics())
             metrics["compile_s"] = time.perf_counter() - t0
 
             step_times, experts_used = [], []
-            for i in tqdm(range(state.num_inference_steps), desc="denoising", disable=not progress):
-                ts = time.perf_counter()
-                k = expert_for_timestep(state.timesteps[i], boundary)
-                params = self.experts.get(k)
-                experts_used.append(k)
-                t_arg = self._to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32))[0]
-                noise_pred = compiled(params, x, condition, mask, t_arg, context, image_context, cos, sin, scales[k])
-                x, state = scheduler.step(state, noise_pred, x, i)
-                jax.block_until_ready(x)
-                step_times.append(time.perf_counter() - ts)
+            with progress.stage("denoising", total=state.num_inference_steps, unit="step") as stage:
+                for i in range(state.num_inference_steps):
+                    ts = time.perf_counter()
+                    k = expert_for_timestep(state.timesteps[i], boundary)
+                    params = self.experts.get(k)
+                    experts_used.append(k)
+                    t_arg = self._to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32))[0]
+                    noise_pred = compiled(params, x, condition, mask, t_arg, context, image_context, cos, sin,
+                                          scales[k])
+                    x, state = scheduler.step(state, noise_pred, x, i)
+                    jax.block_until_ready(x)
+                    step_times.append(time.perf_counter() - ts)
+                    stage.update()
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
         metrics["experts"] = experts_used
@@ -629,12 +646,15 @@ class WanImageToVideoPipeline(WanPipeline):
         if mode == "expand":
             x = (1 - jax.device_put(mask, aux_device)) * jax.device_put(condition, aux_device) \
                 + jax.device_put(mask, aux_device) * x
-        video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x))
-        video = np.asarray(video, np.float32)
+        with progress.stage("VAE decode", total=x.shape[2], unit="chunk") as stage:
+            video = wan_vae.decode(self.vae_params, self.vae_cfg, wan_vae.denormalize_latents(self.vae_cfg, x),
+                                   on_chunk=stage.update)
+            video = np.asarray(video, np.float32)
         metrics["vae_decode_s"] = time.perf_counter() - t0
         frames = frames_from_video(video, output_type)
-        metrics.update(peak_memory_metrics())
-        return WanOutput(frames=frames, latents=np.asarray(x), metrics=metrics)
+        finish_metrics(metrics, height=height, width=width, num_frames=num_frames,
+                       num_inference_steps=state.num_inference_steps, fps=self.fps)
+        return VideoOutput(frames=frames, fps=self.fps, metrics=metrics, latents=np.asarray(x))
 
     def compilations(self) -> int:
         """How many times the step has been compiled by this pipeline."""

@@ -55,6 +55,7 @@ import functools
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -989,7 +990,8 @@ def decode_chunk(params: dict, cfg: WanVAEConfig, z: jax.Array, cache: dict | No
 # ---------------------------------------------------------------------------------------------
 
 
-def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array, jax.Array]:
+def encode(params: dict, cfg: WanVAEConfig, video: jax.Array,
+           on_chunk: Callable[[], None] | None = None) -> tuple[jax.Array, jax.Array]:
     """Encode a video to its latent distribution (``AutoencoderKLWan.encode(x).latent_dist``).
 
     Chunks as the reference: the first frame alone, then 4 frames at a time, through
@@ -999,6 +1001,7 @@ def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array
       params: VAE parameters (any float dtype; computation in that dtype, fp32 accumulation).
       cfg: the configuration.
       video: ``(B, in_channels, 1 + 4k, H, W)``, values in ``[-1, 1]``.
+      on_chunk: called after each chunk is computed (progress; the chunks then run one at a time).
 
     Returns:
       ``(mean, logvar)``, each float32 ``(B, z_dim, 1 + k, H', W')`` with ``H' = H / 8`` (``/ 16``: Wan2.2) for
@@ -1024,12 +1027,15 @@ def encode(params: dict, cfg: WanVAEConfig, video: jax.Array) -> tuple[jax.Array
     for start, stop in [(0, 1)] + [(s, s + step) for s in range(1, t, step)]:
         h, cache = encode_chunk(params, cfg, video[:, :, start:stop], cache)
         outs.append(h)
+        if on_chunk is not None:
+            jax.block_until_ready(h)
+            on_chunk()
     h = jnp.concatenate(outs, axis=2).astype(jnp.float32)
     mean, logvar = h[:, : cfg.z_dim], h[:, cfg.z_dim :]
     return mean, jnp.clip(logvar, -30.0, 20.0)
 
 
-def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
+def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array, on_chunk: Callable[[], None] | None = None) -> jax.Array:
     """Decode latents to video (``AutoencoderKLWan.decode(z).sample``).
 
     One latent frame per :func:`decode_chunk` call (host loop; four compiled programs per
@@ -1040,6 +1046,7 @@ def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
       params: VAE parameters.
       cfg: the configuration.
       latents: de-normalised latents ``(B, z_dim, T, h, w)`` (see :func:`denormalize_latents`).
+      on_chunk: called after each latent frame is decoded (progress; the chunks then run one at a time).
 
     Returns:
       float32 video ``(B, video_channels, 1 + 4(T - 1), 8h, 8w)`` (``16h, 16w`` for Wan2.2) clamped to ``[-1, 1]``.
@@ -1055,6 +1062,9 @@ def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array) -> jax.Array:
     for i in range(latents.shape[2]):
         y, cache = decode_chunk(params, cfg, latents[:, :, i : i + 1], cache)
         outs.append(y)
+        if on_chunk is not None:
+            jax.block_until_ready(y)
+            on_chunk()
     video = jnp.concatenate(outs, axis=2)
     if jax.default_backend() == "cpu":  # the programs' freed temporaries back to the OS (core.host_memory)
         host_memory.trim()
