@@ -58,6 +58,7 @@ from vidax.encoders.tokenizer import Tokenizer
 from vidax.models.cogvideox import block_loop as cog_block_loop
 from vidax.models.cogvideox import vae as cvae
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
+from vidax.models.cogvideox.image import image_frames
 from vidax.models.cogvideox.layout import resolve_checkpoint
 from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
 from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
@@ -311,6 +312,8 @@ class CogVideoXPipeline:
         prompt: str | list[str],
         negative_prompt: str | list[str] | None = None,
         *,
+        image: Any = None,
+        last_image: Any = None,
         height: int = 480,
         width: int = 720,
         num_frames: int = 49,
@@ -330,6 +333,10 @@ class CogVideoXPipeline:
         Args:
           prompt: one prompt or a list (batch).
           negative_prompt: for classifier-free guidance; default "" (as diffusers).
+          image, last_image: must be None: this is a text-to-video checkpoint (the keywords are the
+            interface every vidax pipeline shares; image-to-video is
+            :class:`CogVideoXImageToVideoPipeline` on an I2V folder, and CogVideoX has no last-frame
+            conditioning).
           height, width: pixels, multiples of 16 (480 x 720 for CogVideoX, 768 x 1360 for 1.5).
           num_frames: ``8k + 1`` frames (49; 81 for 1.5); see :func:`check_inputs`.
           num_inference_steps: sampler steps.
@@ -350,10 +357,17 @@ class CogVideoXPipeline:
           :class:`CogVideoXOutput` with frames ``(B, F, H, W, 3)``.
 
         Raises:
-          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a seed
-            outside ``[0, 2**32)`` or a non-finite guidance scale (:mod:`vidax.core.inputs`),
-            an unknown sampler or output type.
+          ValueError: an ``image`` or ``last_image`` (named with the pipeline that takes images), invalid
+            sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a seed outside
+            ``[0, 2**32)`` or a non-finite guidance scale (:mod:`vidax.core.inputs`), an unknown sampler
+            or output type.
         """
+        if image is not None or last_image is not None:
+            given = " and ".join(n for n, v in (("image", image), ("last_image", last_image)) if v is not None)
+            raise ValueError(
+                f"{self.folder} is a CogVideoX text-to-video checkpoint and takes no {given}: image-to-video runs "
+                "CogVideoXImageToVideoPipeline on an image-to-video folder (CogVideoX-5b-I2V, CogVideoX1.5-5B-I2V)"
+                + (", and CogVideoX has no last-frame conditioning" if last_image is not None else ""))
         return self._generate(prompt, negative_prompt, None, height=height, width=width, num_frames=num_frames,
                               num_inference_steps=num_inference_steps, guidance_scale=guidance_scale,
                               use_dynamic_cfg=use_dynamic_cfg, sampler=sampler, seed=seed, latents=latents,
@@ -543,8 +557,14 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
     is dropped before decoding, exactly as in the reference). The 5B-I2V transformer has a learned
     position table and runs at 480 x 720 only.
 
-    The image must already have the output size: the reference resizes other sizes with PIL,
-    which is not reproduced here.
+    An image of another size is resized to ``height x width`` as the reference's
+    ``VideoProcessor.preprocess`` resizes it: PIL images and files with Pillow's Lanczos filter, arrays
+    by PyTorch's nearest-neighbour rule (:mod:`vidax.models.cogvideox.image`).
+
+    Example::
+
+        pipe = CogVideoXImageToVideoPipeline.from_pretrained("CogVideoX-5b-I2V", dtype="bfloat16")
+        out = pipe("a cat surfing a wave", image="cat.png", height=480, width=720, num_frames=49)
     """
 
     _CONDITION_CHANNELS = 2
@@ -554,7 +574,8 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         """Image latents ``(B, 1, C, h, w)`` in diffusion space (``prepare_latents``'s ``image_latents`` before padding).
 
         Args:
-          image: ``(B, H, W, 3)`` uint8, or float in ``[0, 1]``.
+          image: ``(B, H, W, 3)`` uint8, or float in ``[0, 1]``, at the video's size
+            (:func:`vidax.models.cogvideox.image.image_frames` prepares any input so).
           key: JAX key of the posterior sample's noise (unless ``image_noise`` is given).
           image_noise: optional ``(B, C, 1, h, w)`` standard normal noise of the posterior sample.
         """
@@ -571,10 +592,11 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
 
     def __call__(
         self,
-        image: np.ndarray,
         prompt: str | list[str],
         negative_prompt: str | list[str] | None = None,
         *,
+        image: Any = None,
+        last_image: Any = None,
         height: int = 480,
         width: int = 720,
         num_frames: int = 49,
@@ -593,23 +615,29 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         """Generate videos that start from ``image``.
 
         Args:
-          image: ``(H, W, 3)`` or ``(B, H, W, 3)`` (one per prompt), uint8 or float in ``[0, 1]``, at
-            exactly ``height x width``.
+          image: required, the first frame, one per prompt: a file path, a PIL image, a uint8 or float
+            ``[0, 1]`` array ``(H, W, 3)`` or ``(B, H, W, 3)``, or a list of images. Any size: resized to
+            ``height x width`` as the reference resizes it (PIL images and files: Pillow Lanczos; arrays:
+            PyTorch's nearest-neighbour rule; :func:`vidax.models.cogvideox.image.image_frames`).
+          last_image: must be None (CogVideoX has no last-frame conditioning).
           image_noise: the VAE posterior sample's noise ``(B, C, 1, H/8, W/8)``; default from ``seed``.
           Others: as :meth:`CogVideoXPipeline.__call__`.
 
         Raises:
-          ValueError: an image of another size or batch than the prompts, and everything
-            :meth:`CogVideoXPipeline.__call__` raises.
+          ValueError: no ``image``, a ``last_image``, a number of images other than the prompts'; an
+            unreadable, too small or malformed image (:class:`vidax.core.images.ImageError`); and
+            everything :meth:`CogVideoXPipeline.__call__` raises.
+          TypeError: an image of another type.
         """
-        img = np.asarray(image)
-        img = img[None] if img.ndim == 3 else img
+        if image is None:
+            raise ValueError(f"{type(self).__name__} needs image=: the first frame (a path, a PIL image or an RGB "
+                             "array); text-to-video runs CogVideoXPipeline on a text-to-video folder")
+        if last_image is not None:
+            raise ValueError("CogVideoX has no last-frame conditioning: pass image= (the first frame) only, "
+                             "without last_image")
         n_prompts = len(prompt_batch(prompt)[0])
-        if img.ndim != 4 or img.shape[-1] != 3:
-            raise ValueError(f"image must be (H, W, 3) or (B, H, W, 3) RGB, got shape {tuple(np.shape(image))}")
-        if img.shape[1:3] != (height, width):
-            raise ValueError(f"image is {img.shape[1]}x{img.shape[2]} but the video is {height}x{width} (height x width): "
-                             "resize the image first (the reference resizes with PIL, which vidax does not reproduce)")
+        check_inputs(self.transformer_cfg, self.vae_cfg, height, width, num_frames)  # before resizing to them
+        img = image_frames(image, height, width)
         if img.shape[0] != n_prompts:
             raise ValueError(f"{img.shape[0]} images for {n_prompts} prompts; pass one image per prompt")
         pt = self.transformer_cfg.patch_size_t
