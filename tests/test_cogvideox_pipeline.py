@@ -248,6 +248,57 @@ def test_host_block_loop_is_the_cpu_default_and_equals_scan(pipes, variant):
                                   np.asarray(scan.transformer_params["blocks"]["ff"]["up"]["kernel"]))
 
 
+@pytest.fixture(scope="module")
+def three_layers(tmp_path_factory):
+    """A 3-layer CogVideoX1.5 I2V checkpoint (RoPE, ofs, image latents, frame padding), its call arguments and the
+    latents of the resident scanned step."""
+    ckpt = write_demo_checkpoint(tmp_path_factory.mktemp("cogvideox") / "three", seed=6, variant="1.5-i2v",
+                                 transformer_overrides={"num_layers": 3})
+    rng = np.random.default_rng(7)
+    kw = dict(image=rng.uniform(0, 1, (1, H, W, 3)).astype(np.float32), height=H, width=W, num_frames=F,
+              num_inference_steps=2, seed=3, sampler="dpm", output_type="float", progress=False,
+              image_noise=rng.standard_normal((1, 16, 1, H // 8, W // 8), dtype=np.float32))
+    resident = CogVideoXImageToVideoPipeline.from_pretrained(ckpt, dtype="float32", block_loop="scan")
+    return ckpt, kw, resident(PROMPT, NEGATIVE, **kw)
+
+
+@pytest.mark.parametrize("chunk, overlap", [(1, True), (2, True), (2, False), (3, False)])
+def test_offloaded_blocks_give_the_resident_latents(three_layers, chunk, overlap):
+    """offload_chunk: the blocks in pinned host memory as chunks of 1, 2 (the last one zero-padded: 3 layers) or 3
+    blocks, streamed with and without copy/compute overlap: the latents of the resident step."""
+    ckpt, kw, resident = three_layers
+    pipe = CogVideoXImageToVideoPipeline.from_pretrained(ckpt, dtype="float32", offload_chunk=chunk,
+                                                         offload_overlap=overlap)
+    assert pipe.block_loop == "offload" and "blocks" not in pipe.transformer_params
+    leaves = jax.tree.leaves(pipe.block_chunks.chunks)
+    assert all(a.shape[0] == chunk and a.sharding.memory_kind == "pinned_host" for a in leaves)
+    out = pipe(PROMPT, NEGATIVE, **kw)
+    n = -(-3 // chunk)
+    assert out.metrics["block_loop"] == "offload"
+    assert out.metrics["offload"] == {"chunk": chunk, "chunks": n, "padded_layers": n * chunk, "overlap": overlap,
+                                      "chunk_bytes_per_device": pipe.block_chunks.chunk_bytes_per_device(),
+                                      "host_memory_kind": "pinned_host"}
+    assert np.abs(resident.latents).max() > 0.5  # not a vacuous comparison
+    np.testing.assert_allclose(out.latents, resident.latents, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [0, 4, -1, 2.5, "2"])
+def test_bad_offload_chunk_is_refused_before_any_weight_is_read(three_layers, chunk, monkeypatch):
+    import vidax.checkpoint.loader as loader
+
+    ckpt, _, _ = three_layers
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a weight was read")
+
+    monkeypatch.setattr(loader, "load_params", no_reading)
+    with pytest.raises(AssertionError, match="a weight was read"):  # the guard catches a load
+        CogVideoXImageToVideoPipeline.from_pretrained(ckpt, offload_chunk=3)
+    with pytest.raises(ValueError, match=r"offload chunk must be an integer between 1 and the 3 layers, got "
+                                         r".*; sizes that divide 3 \(no padding\): \[1, 3\]"):
+        CogVideoXImageToVideoPipeline.from_pretrained(ckpt, offload_chunk=chunk)
+
+
 def test_prompt_states_match_transformers_t5_without_mask(pipes):
     """The reference encodes all 226 tokens with no attention mask (padding attended and kept)."""
     _, ours, reference = pipes("5b")

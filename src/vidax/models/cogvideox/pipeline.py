@@ -27,7 +27,8 @@ With ``dp * tp * sp > 1`` the transformer runs on a ``(data, tensor, sequence)``
 (:mod:`vidax.core.sharding`): its parameters are loaded already sharded by
 :data:`vidax.models.cogvideox.sharding.COGVIDEOX_RULES`, the CFG halves are split over ``data``,
 heads, FFN width and AdaLN projections over ``tensor`` and the joint text + video sequence over
-``sequence``. The text encoder and the VAE stay on one device.
+``sequence``. The text encoder and the VAE stay on one device. ``offload_chunk`` keeps the blocks in
+host memory and streams them to the devices a chunk at a time (:mod:`vidax.core.offload`).
 """
 
 from __future__ import annotations
@@ -159,13 +160,14 @@ class CogVideoXPipeline:
     def __init__(self, folder: Path, transformer_cfg: CogVideoXTransformerConfig, transformer_params: dict,
                  vae_cfg: CogVideoXVAEConfig, vae_params: dict, text_cfg, text_params: dict, tokenizer: Tokenizer,
                  scheduler_config: dict, attention: str = "auto", mesh=None, rules=COGVIDEOX_RULES,
-                 block_chunks: OffloadedStack | None = None):
+                 block_chunks: OffloadedStack | None = None, offload_overlap: bool = True):
         self.folder = folder
         self.transformer_cfg = transformer_cfg
-        # With the host block loop the blocks are block_chunks (one block per chunk, device memory) and
-        # transformer_params holds the parameters outside them.
+        # With the host block loop (one block per chunk, device memory) or offloading (chunks in host memory)
+        # the blocks are block_chunks and transformer_params holds the parameters outside them.
         self.transformer_params = transformer_params
         self.block_chunks = block_chunks
+        self.offload_overlap = offload_overlap
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         # The VAE's encoder side: from_pretrained loads only the decoder side into vae_params, and this on
@@ -197,7 +199,8 @@ class CogVideoXPipeline:
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto",
-                        block_loop: str = "auto") -> CogVideoXPipeline:
+                        block_loop: str = "auto", offload_chunk: int | None = None,
+                        offload_overlap: bool = True) -> CogVideoXPipeline:
         """Load a diffusers-layout CogVideoX text-to-video folder.
 
         Args:
@@ -223,14 +226,22 @@ class CogVideoXPipeline:
             compiled block program called per block from the host, over per-block weights in device
             memory: :mod:`vidax.models.cogvideox.block_loop`), or ``"auto"``: ``"host"`` on the CPU
             backend, ``"scan"`` elsewhere (docs/design.md, "Block loop"). Same values either way.
+            Ignored (but checked) with ``offload_chunk``.
+          offload_chunk: keep the blocks in host memory (``pinned_host`` where the backend has it) and
+            stream ``offload_chunk`` blocks at a time to the devices, each step (any value from 1 to the
+            layer count: 30 for CogVideoX-2b, 42 for the 5B models; the last chunk is zero-padded);
+            None: the blocks stay in device memory. Same values as resident.
+          offload_overlap: with offloading, copy the next chunk while the current one computes (at most
+            two chunks in device memory); False: copy, wait, compute, wait (one chunk).
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the
             transformer's ``text_embed_dim``, a checkpoint of the other task, or weights that do
             not match their configuration (all mismatches listed at once).
           ValueError: an unsupported configuration; a mesh that does not cover the devices, a tp
-            that does not divide the head count (valid sizes listed), or an unknown ``block_loop``,
-            raised before any weight is read.
+            that does not divide the head count (valid sizes listed), an unknown ``block_loop``, or an
+            ``offload_chunk`` that is not an integer in ``[1, num_layers]`` (the sizes that need no
+            padding listed), raised before any weight is read.
         """
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
@@ -254,7 +265,7 @@ class CogVideoXPipeline:
         mesh = optional_mesh(dp, tp, sp, devices=devices)
         if mesh is not None:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
-        plan = block_plan(tcfg.num_layers, None, block_loop)
+        plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         specs = transformer_specs(tcfg)
         tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
         tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
@@ -265,7 +276,7 @@ class CogVideoXPipeline:
         eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
-                   attention, mesh=mesh, block_chunks=chunks)
+                   attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
                                      keep=keep_text)
         pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, cvae.ENCODER_PARTS))
@@ -444,7 +455,7 @@ class CogVideoXPipeline:
             compiled = self.compile_step(self.transformer_params, x, t_abstract, context, positions, g_first, cond, ofs,
                                          guided=guided)
             metrics["compile_s"] = time.perf_counter() - t0
-            metrics["block_loop"] = self.block_loop
+            metrics.update(self._block_metrics())
 
             step_times = []
             n = state.num_inference_steps
@@ -479,8 +490,23 @@ class CogVideoXPipeline:
 
     @property
     def block_loop(self) -> str:
-        """``"host"`` (one-block chunks in device memory, a host loop) or ``"scan"``."""
-        return "scan" if self.block_chunks is None else "host"
+        """``"scan"``, ``"host"`` (one-block chunks in device memory, a host loop) or ``"offload"`` (chunks
+        streamed from host memory)."""
+        if self.block_chunks is None:
+            return "scan"
+        return "host" if self.block_chunks.in_device_memory else "offload"
+
+    def _block_metrics(self) -> dict:
+        """``{"block_loop": ...}``, and with offloading ``"offload"``: the keys of the Wan pipeline's."""
+        out: dict[str, Any] = {"block_loop": self.block_loop}
+        stack = self.block_chunks
+        if stack is None or stack.in_device_memory:
+            return out
+        leaf = jax.tree.leaves(stack.chunks[0])[0]
+        out["offload"] = {"chunk": stack.plan.chunk, "chunks": stack.num_chunks, "padded_layers": stack.plan.padded_layers,
+                          "overlap": self.offload_overlap, "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
+                          "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy"}
+        return out
 
     @property
     def compute_dtype(self) -> np.dtype:
@@ -493,8 +519,8 @@ class CogVideoXPipeline:
 
         Returns:
           ``step(params, x, t, context, positions, g, cond, ofs) -> prediction``: the scanned step, or with
-          the host block loop its prologue, the block program per block and its epilogue
-          (:func:`vidax.models.cogvideox.block_loop.compile_step`), with the same contract.
+          chunked blocks (host block loop, offloading) its prologue, the block program per chunk and its
+          epilogue (:func:`vidax.models.cogvideox.block_loop.compile_step`), with the same contract.
         """
         if self.block_chunks is None:
             return self._step.lower(params, x, t, context, positions, g, cond, ofs, cfg=self.transformer_cfg,
@@ -502,7 +528,7 @@ class CogVideoXPipeline:
                                     rules=self.rules).compile()
         return cog_block_loop.compile_step(params, self.block_chunks, x, t, context, positions, g, cond, ofs,
                                            cfg=self.transformer_cfg, attention=self.attention, guided=guided,
-                                           mesh=self.mesh, rules=self.rules)
+                                           mesh=self.mesh, rules=self.rules, overlap=self.offload_overlap)
 
     def transformer_tree(self) -> dict:
         """The transformer's whole parameter tree as :func:`transformer_specs` declares it, blocks stacked
