@@ -184,7 +184,7 @@ def test_image_keywords_are_refused_where_cogvideox_has_no_such_input(pipes):
     _, i2v, _ = pipes("5b-i2v")
     image = np.zeros((H, W, 3), np.uint8)
     kw = dict(height=H, width=W, num_frames=F, num_inference_steps=1, progress=False)
-    with pytest.raises(ValueError, match="text-to-video checkpoint and takes no image: .*CogVideoXImageToVideoPipeline"):
+    with pytest.raises(ValueError, match="text-to-video checkpoint and takes no image: .*CogVideoXImageToVideoPipe"):
         t2v(PROMPT, image=image, **kw)
     with pytest.raises(ValueError, match="takes no last_image: .*no last-frame conditioning"):
         t2v(PROMPT, last_image=image, **kw)

@@ -503,8 +503,9 @@ class CogVideoXPipeline:
         if stack is None or stack.in_device_memory:
             return out
         leaf = jax.tree.leaves(stack.chunks[0])[0]
-        out["offload"] = {"chunk": stack.plan.chunk, "chunks": stack.num_chunks, "padded_layers": stack.plan.padded_layers,
-                          "overlap": self.offload_overlap, "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
+        out["offload"] = {"chunk": stack.plan.chunk, "chunks": stack.num_chunks,
+                          "padded_layers": stack.plan.padded_layers, "overlap": self.offload_overlap,
+                          "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
                           "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy"}
         return out
 
