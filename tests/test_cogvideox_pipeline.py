@@ -54,7 +54,7 @@ def pipes(tmp_path_factory):
     return get
 
 
-def _reference_frames(reference, sampler, latents, noises, dynamic, monkeypatch, **image):
+def _reference_frames(reference, sampler, latents, noises, dynamic, monkeypatch, **extra):
     import diffusers.schedulers.scheduling_dpm_cogvideox as dpm_module
     from diffusers import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 
@@ -78,7 +78,7 @@ def _reference_frames(reference, sampler, latents, noises, dynamic, monkeypatch,
         with torch.no_grad():
             return reference(prompt=PROMPT, negative_prompt=NEGATIVE, height=H, width=W, num_frames=F,
                              num_inference_steps=STEPS, guidance_scale=6.0, use_dynamic_cfg=dynamic,
-                             latents=torch.from_numpy(latents), output_type="np", **image).frames
+                             latents=torch.from_numpy(latents), output_type="np", **extra).frames
     finally:
         reference.scheduler = saved  # the fixture is shared: leave it as loaded
 
@@ -126,14 +126,76 @@ def test_image_to_video_frames_match_diffusers(pipes, variant, sampler, monkeypa
     kwargs = dict(height=H, width=W, num_frames=F, num_inference_steps=STEPS, guidance_scale=6.0, sampler=sampler,
                   latents=latents, step_noise=(lambda i: noises[i]) if sampler == "dpm" else None,
                   image_noise=image_noise, output_type="float", progress=False)
-    out = ours(image, PROMPT, NEGATIVE, **kwargs)
+    out = ours(PROMPT, NEGATIVE, image=image, **kwargs)
     assert ours.vae_encoder.resident and sorted(ours.vae_params) == ["decoder"]  # encoder loaded for the image
     assert out.frames.shape == ref.shape == (1, F, H, W, 3)
     assert np.abs(out.frames - ref).max() < 2 / 255
-    other = ours(1.0 - image, PROMPT, NEGATIVE, **kwargs)
+    other = ours(PROMPT, NEGATIVE, image=1.0 - image, **kwargs)
     assert np.abs(other.frames - out.frames).max() > 0.05  # the image conditions the video
-    with pytest.raises(ValueError, match="resize the image first"):
-        ours(image[:, :16], PROMPT, **{**kwargs, "latents": None})
+    with pytest.raises(ValueError, match="2 images for 1 prompts; pass one image per prompt"):
+        ours(PROMPT, image=np.concatenate([image, image]), **{**kwargs, "latents": None})
+
+
+def test_image_of_another_size_is_resized_as_diffusers_resizes_it(pipes, tmp_path):
+    """A PIL image (and the same image as a file) of another size and aspect ratio than the video: the reference's
+    ``VideoProcessor.preprocess`` resizes it with Pillow's Lanczos filter; our frames and final latents match."""
+    from PIL import Image
+
+    import diffusers.models.autoencoders.vae as vae_module
+
+    _, ours, reference = pipes("5b-i2v")
+    shape = (1, 3, 16, H // 8, W // 8)
+    rng = np.random.default_rng(5)
+    latents = rng.standard_normal(shape, dtype=np.float32)
+    image_noise = rng.standard_normal((1, 16, 1, H // 8, W // 8), dtype=np.float32)
+    # 45 x 70 (H x W) to 32 x 48: a downscale by 1.41 and 1.46, not the video's aspect ratio; ramps and an edge.
+    yy, xx = np.mgrid[0:45, 0:70]
+    pixels = np.stack([xx * 3.6, yy * 5.6, np.where(xx + yy > 50, 230.0, 20.0)], -1)
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    captured = {}
+
+    def keep_latents(pipe, i, t, tensors):
+        captured["latents"] = tensors["latents"].numpy().copy()
+        return tensors
+
+    with pytest.MonkeyPatch.context() as mp:  # the posterior sample's noise, for this test only
+        mp.setattr(vae_module, "randn_tensor", lambda shape, generator=None, device=None, dtype=None:
+                   torch.from_numpy(image_noise).to(dtype))
+        ref = _reference_frames(reference, "ddim", latents, None, False, mp, image=image,
+                                callback_on_step_end=keep_latents, callback_on_step_end_tensor_inputs=["latents"])
+    kwargs = dict(height=H, width=W, num_frames=F, num_inference_steps=STEPS, guidance_scale=6.0, sampler="ddim",
+                  latents=latents, image_noise=image_noise, output_type="float", progress=False)
+    out = ours(PROMPT, NEGATIVE, image=image, **kwargs)
+    assert out.frames.shape == ref.shape == (1, F, H, W, 3)
+    assert np.abs(out.frames - ref).max() < 2 / 255
+    assert _rel(out.latents, captured["latents"]) < 1e-5
+    image.save(tmp_path / "first.png")
+    from_file = ours(PROMPT, NEGATIVE, image=str(tmp_path / "first.png"), **kwargs)
+    np.testing.assert_array_equal(from_file.latents, out.latents)
+    # The filter matters at this tolerance: the same pixels as an array are resized as the reference resizes
+    # tensors (nearest neighbour), which conditions a measurably different video.
+    nearest = ours(PROMPT, NEGATIVE, image=np.asarray(image), **kwargs)
+    assert np.abs(nearest.frames - ref).max() > 2 / 255 and _rel(nearest.latents, captured["latents"]) > 1e-3
+
+
+def test_image_keywords_are_refused_where_cogvideox_has_no_such_input(pipes):
+    """Text-to-video takes no image (named: the I2V class); image-to-video needs one and takes no last image."""
+    _, t2v, _ = pipes("5b")
+    _, i2v, _ = pipes("5b-i2v")
+    image = np.zeros((H, W, 3), np.uint8)
+    kw = dict(height=H, width=W, num_frames=F, num_inference_steps=1, progress=False)
+    with pytest.raises(ValueError, match="text-to-video checkpoint and takes no image: .*CogVideoXImageToVideoPipe"):
+        t2v(PROMPT, image=image, **kw)
+    with pytest.raises(ValueError, match="takes no last_image: .*no last-frame conditioning"):
+        t2v(PROMPT, last_image=image, **kw)
+    with pytest.raises(ValueError, match="CogVideoXImageToVideoPipeline needs image="):
+        i2v(PROMPT, **kw)
+    with pytest.raises(ValueError, match="CogVideoX has no last-frame conditioning"):
+        i2v(PROMPT, image=image, last_image=image, **kw)
+    with pytest.raises(ValueError, match=r"float image arrays must hold values in \[0, 1\]"):
+        i2v(PROMPT, image=image.astype(np.float32) + 2.0, **kw)
+    with pytest.raises(ValueError, match="file not found"):
+        i2v(PROMPT, image="/nonexistent/first.png", **kw)
 
 
 @pytest.mark.parametrize("block_loop, program", [("scan", "_cfg_step"), ("host", "_cog_block_chunk")])
@@ -175,8 +237,7 @@ def test_host_block_loop_is_the_cpu_default_and_equals_scan(pipes, variant):
     kw = dict(height=H, width=W, num_frames=F, num_inference_steps=2, seed=3, output_type="float", progress=False)
     args = (PROMPT, NEGATIVE)
     if variant.endswith("-i2v"):
-        image = np.random.default_rng(0).uniform(0, 1, (1, H, W, 3)).astype(np.float32)
-        args = (image, *args)
+        kw["image"] = np.random.default_rng(0).uniform(0, 1, (1, H, W, 3)).astype(np.float32)
         kw["image_noise"] = np.random.default_rng(1).standard_normal((1, 16, 1, H // 8, W // 8), dtype=np.float32)
     a, b = ours(*args, **kw), scan(*args, **kw)
     assert a.metrics["block_loop"] == "host" and b.metrics["block_loop"] == "scan"
@@ -185,6 +246,57 @@ def test_host_block_loop_is_the_cpu_default_and_equals_scan(pipes, variant):
     tree = ours.transformer_tree()
     np.testing.assert_array_equal(np.asarray(tree["blocks"]["ff"]["up"]["kernel"]),
                                   np.asarray(scan.transformer_params["blocks"]["ff"]["up"]["kernel"]))
+
+
+@pytest.fixture(scope="module")
+def three_layers(tmp_path_factory):
+    """A 3-layer CogVideoX1.5 I2V checkpoint (RoPE, ofs, image latents, frame padding), its call arguments and the
+    latents of the resident scanned step."""
+    ckpt = write_demo_checkpoint(tmp_path_factory.mktemp("cogvideox") / "three", seed=6, variant="1.5-i2v",
+                                 transformer_overrides={"num_layers": 3})
+    rng = np.random.default_rng(7)
+    kw = dict(image=rng.uniform(0, 1, (1, H, W, 3)).astype(np.float32), height=H, width=W, num_frames=F,
+              num_inference_steps=2, seed=3, sampler="dpm", output_type="float", progress=False,
+              image_noise=rng.standard_normal((1, 16, 1, H // 8, W // 8), dtype=np.float32))
+    resident = CogVideoXImageToVideoPipeline.from_pretrained(ckpt, dtype="float32", block_loop="scan")
+    return ckpt, kw, resident(PROMPT, NEGATIVE, **kw)
+
+
+@pytest.mark.parametrize("chunk, overlap", [(1, True), (2, True), (2, False), (3, False)])
+def test_offloaded_blocks_give_the_resident_latents(three_layers, chunk, overlap):
+    """offload_chunk: the blocks in pinned host memory as chunks of 1, 2 (the last one zero-padded: 3 layers) or 3
+    blocks, streamed with and without copy/compute overlap: the latents of the resident step."""
+    ckpt, kw, resident = three_layers
+    pipe = CogVideoXImageToVideoPipeline.from_pretrained(ckpt, dtype="float32", offload_chunk=chunk,
+                                                         offload_overlap=overlap)
+    assert pipe.block_loop == "offload" and "blocks" not in pipe.transformer_params
+    leaves = jax.tree.leaves(pipe.block_chunks.chunks)
+    assert all(a.shape[0] == chunk and a.sharding.memory_kind == "pinned_host" for a in leaves)
+    out = pipe(PROMPT, NEGATIVE, **kw)
+    n = -(-3 // chunk)
+    assert out.metrics["block_loop"] == "offload"
+    assert out.metrics["offload"] == {"chunk": chunk, "chunks": n, "padded_layers": n * chunk, "overlap": overlap,
+                                      "chunk_bytes_per_device": pipe.block_chunks.chunk_bytes_per_device(),
+                                      "host_memory_kind": "pinned_host"}
+    assert np.abs(resident.latents).max() > 0.5  # not a vacuous comparison
+    np.testing.assert_allclose(out.latents, resident.latents, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [0, 4, -1, 2.5, "2"])
+def test_bad_offload_chunk_is_refused_before_any_weight_is_read(three_layers, chunk, monkeypatch):
+    import vidax.checkpoint.loader as loader
+
+    ckpt, _, _ = three_layers
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a weight was read")
+
+    monkeypatch.setattr(loader, "load_params", no_reading)
+    with pytest.raises(AssertionError, match="a weight was read"):  # the guard catches a load
+        CogVideoXImageToVideoPipeline.from_pretrained(ckpt, offload_chunk=3)
+    with pytest.raises(ValueError, match=r"offload chunk must be an integer between 1 and the 3 layers, got "
+                                         r".*; sizes that divide 3 \(no padding\): \[1, 3\]"):
+        CogVideoXImageToVideoPipeline.from_pretrained(ckpt, offload_chunk=chunk)
 
 
 def test_prompt_states_match_transformers_t5_without_mask(pipes):

@@ -12,6 +12,7 @@ the video-only RoPE are exercised across it.
 import re
 
 import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -182,9 +183,10 @@ def test_head_count_not_divisible_by_tp_is_a_clear_error():
 def demo_ckpt(tmp_path_factory):
     from vidax.models.cogvideox.demo import write_demo_checkpoint
 
-    # 4 heads (the demo's 2 cannot be split by tp=2 and sp=2 with Ulysses).
+    # 4 heads (the demo's 2 cannot be split by tp=2 and sp=2 with Ulysses); 3 layers, so that offloading in
+    # chunks of 2 pads the last chunk.
     return write_demo_checkpoint(tmp_path_factory.mktemp("cogvideox") / "demo", seed=3, variant="5b",
-                                 transformer_overrides={"num_attention_heads": 4})
+                                 transformer_overrides={"num_attention_heads": 4, "num_layers": 3})
 
 
 def test_pipeline_frames_on_a_mesh_equal_single_device(demo_ckpt):
@@ -208,6 +210,45 @@ def test_pipeline_frames_on_a_mesh_equal_single_device(demo_ckpt):
     chunk = host.block_chunks.chunks[0]["attn1"]["to_q"]["kernel"]
     assert host.block_loop == "host" and chunk.shape[0] == 1 and chunk.sharding.spec == P(None, None, "tensor")
     assert _rel(host("a red panda", "blurry", **kw).latents, single.latents) < 1e-5
+
+
+@pytest.mark.parametrize("split, chunk, overlap", [((2, 2, 2), 2, True), ((1, 2, 4), 1, False)], ids=str)
+def test_offloaded_pipeline_on_a_mesh_equals_single_device(demo_ckpt, split, chunk, overlap):
+    """offload_chunk on a mesh: each device holds its shard of every chunk in pinned host memory and receives
+    only that shard; the block program compiles once for all chunks and steps; the latents are the resident
+    one-device run's (dp=2 x tp=2 x sp=2 Ulysses with the last chunk zero-padded; tp=2 x sp=4, serial copies,
+    keys and values all-gathered)."""
+    from vidax.models.cogvideox.pipeline import CogVideoXPipeline
+
+    kw = dict(height=32, width=32, num_frames=1, num_inference_steps=2, output_type="float", progress=False)
+    single = CogVideoXPipeline.from_pretrained(demo_ckpt, dtype="float32", block_loop="scan")("a red panda", "blurry",
+                                                                                              **kw)
+    dp, tp, sp = split
+    pipe = CogVideoXPipeline.from_pretrained(demo_ckpt, dtype="float32", dp=dp, tp=tp, sp=sp, offload_chunk=chunk,
+                                             offload_overlap=overlap)
+    kernel = pipe.block_chunks.chunks[0]["attn1"]["to_q"]["kernel"]
+    assert pipe.block_loop == "offload" and kernel.shape[0] == chunk
+    assert kernel.sharding.memory_kind == "pinned_host" and kernel.sharding.spec == P(None, None, "tensor")
+    assert len(kernel.sharding.device_set) == 8
+    compiled = []
+
+    def listener(event, duration, **k):
+        if event == "/jax/core/compile/backend_compile_duration" and "_cog_block_chunk" in k.get("fun_name", ""):
+            compiled.append(k["fun_name"])
+
+    jax.clear_caches()
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        out = pipe("a red panda", "blurry", **kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert len(compiled) == 1  # chunks x steps, one compilation
+    n = -(-3 // chunk)
+    assert out.metrics["offload"]["chunks"] == n and out.metrics["offload"]["padded_layers"] == n * chunk
+    assert out.metrics["offload"]["overlap"] is overlap and out.metrics["mesh"] == {"dp": dp, "tp": tp, "sp": sp}
+    assert out.metrics["sequence_parallel"] == ("ulysses" if sp == 2 else "kv_all_gather")
+    assert _rel(out.latents, single.latents) < 1e-5
+    assert np.abs(out.frames - single.frames).max() < 1e-4
 
 
 def test_pipeline_rejects_a_bad_split_before_loading(demo_ckpt):

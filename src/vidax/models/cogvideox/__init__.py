@@ -3,5 +3,7 @@
 Modules: ``config`` (architectures, presets), ``transformer``, ``vae``, ``keymap`` (diffusers
 layout), ``layout`` (checkpoint folders), ``sharding`` (mesh rules: TP + Ulysses SP over the joint
 text + video sequence), ``pipeline`` (``CogVideoXPipeline``,
-``CogVideoXImageToVideoPipeline``), ``demo`` (tiny checkpoints written without PyTorch).
+``CogVideoXImageToVideoPipeline``), ``block_loop`` (the step over block chunks: host loop, offloading),
+``image`` (the I2V first frame, resized as the reference resizes it), ``demo`` (tiny checkpoints written
+without PyTorch).
 """

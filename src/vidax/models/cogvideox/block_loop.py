@@ -1,8 +1,11 @@
-"""The CogVideoX guided step with its blocks run from the host, one compiled block program per block.
+"""The CogVideoX guided step with its blocks run from the host, one compiled block program per chunk.
 
 ``CogVideoXPipeline.from_pretrained(block_loop="host")`` (the CPU default, as for Wan: docs/design.md,
 "Block loop") loads the blocks as one-block chunks in device memory
-(:class:`vidax.core.offload.OffloadedStack` with ``ChunkPlan(memory="device")``) and computes
+(:class:`vidax.core.offload.OffloadedStack` with ``ChunkPlan(memory="device")``);
+``from_pretrained(offload_chunk=N)`` loads them as chunks of ``N`` blocks in host memory, streamed to
+the devices every step (:func:`vidax.core.offload.stream`; the last chunk zero-padded, and a zero
+CogVideoX block adds exactly 0: its AdaLN gates are 0). Either way the step computes
 exactly the pipeline's scanned step (:func:`vidax.models.cogvideox.pipeline._cfg_step`) in three
 compiled pieces: :func:`prologue_function` (the CFG batch, embedders and the joint stream),
 :func:`chunk_function` (:func:`~vidax.models.cogvideox.transformer.run_blocks` over one chunk, called
@@ -80,7 +83,7 @@ def chunk_function(cfg: CogVideoXTransformerConfig, attention_impl: AttentionImp
 
 def compile_step(params: dict, stack: OffloadedStack, latents, timestep, context, positions, guidance_scale, cond, ofs,
                  *, cfg: CogVideoXTransformerConfig, attention: AttentionImpl | str, guided: bool, mesh: Mesh | None = None,
-                 rules: ShardingRules = COGVIDEOX_RULES):
+                 rules: ShardingRules = COGVIDEOX_RULES, overlap: bool = True):
     """Compile the three pieces ahead of time and return the step.
 
     Args:
@@ -89,6 +92,8 @@ def compile_step(params: dict, stack: OffloadedStack, latents, timestep, context
         :func:`~vidax.models.cogvideox.pipeline._cfg_step` (arrays or abstract, placed as the pipeline
         places them).
       cfg, attention, guided, mesh, rules: as for ``_cfg_step``.
+      overlap: with chunks in host memory, copy the next chunk while the current one computes
+        (:func:`vidax.core.offload.stream`); False: copy, wait, compute, wait.
 
     Returns:
       ``step(params, latents, timestep, context, positions, guidance_scale, cond, ofs) -> prediction``,
@@ -112,7 +117,7 @@ def compile_step(params: dict, stack: OffloadedStack, latents, timestep, context
 
     def step(params, latents, timestep, context, positions, guidance_scale, cond, ofs):
         h, temb, text, cos, sin = pro_c(params, latents, timestep, context, positions, cond, ofs)
-        h = stream(stack, lambda chunk, h: chunk_c(chunk, h, temb, text, cos, sin), h)
+        h = stream(stack, lambda chunk, h: chunk_c(chunk, h, temb, text, cos, sin), h, overlap=overlap)
         return epi_c(params, h, temb, guidance_scale)
 
     return step

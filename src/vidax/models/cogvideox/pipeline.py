@@ -27,7 +27,8 @@ With ``dp * tp * sp > 1`` the transformer runs on a ``(data, tensor, sequence)``
 (:mod:`vidax.core.sharding`): its parameters are loaded already sharded by
 :data:`vidax.models.cogvideox.sharding.COGVIDEOX_RULES`, the CFG halves are split over ``data``,
 heads, FFN width and AdaLN projections over ``tensor`` and the joint text + video sequence over
-``sequence``. The text encoder and the VAE stay on one device.
+``sequence``. The text encoder and the VAE stay on one device. ``offload_chunk`` keeps the blocks in
+host memory and streams them to the devices a chunk at a time (:mod:`vidax.core.offload`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from vidax.encoders.tokenizer import Tokenizer
 from vidax.models.cogvideox import block_loop as cog_block_loop
 from vidax.models.cogvideox import vae as cvae
 from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXVAEConfig
+from vidax.models.cogvideox.image import image_frames
 from vidax.models.cogvideox.layout import resolve_checkpoint
 from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
 from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
@@ -158,13 +160,14 @@ class CogVideoXPipeline:
     def __init__(self, folder: Path, transformer_cfg: CogVideoXTransformerConfig, transformer_params: dict,
                  vae_cfg: CogVideoXVAEConfig, vae_params: dict, text_cfg, text_params: dict, tokenizer: Tokenizer,
                  scheduler_config: dict, attention: str = "auto", mesh=None, rules=COGVIDEOX_RULES,
-                 block_chunks: OffloadedStack | None = None):
+                 block_chunks: OffloadedStack | None = None, offload_overlap: bool = True):
         self.folder = folder
         self.transformer_cfg = transformer_cfg
-        # With the host block loop the blocks are block_chunks (one block per chunk, device memory) and
-        # transformer_params holds the parameters outside them.
+        # With the host block loop (one block per chunk, device memory) or offloading (chunks in host memory)
+        # the blocks are block_chunks and transformer_params holds the parameters outside them.
         self.transformer_params = transformer_params
         self.block_chunks = block_chunks
+        self.offload_overlap = offload_overlap
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         # The VAE's encoder side: from_pretrained loads only the decoder side into vae_params, and this on
@@ -196,7 +199,8 @@ class CogVideoXPipeline:
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto",
-                        block_loop: str = "auto") -> CogVideoXPipeline:
+                        block_loop: str = "auto", offload_chunk: int | None = None,
+                        offload_overlap: bool = True) -> CogVideoXPipeline:
         """Load a diffusers-layout CogVideoX text-to-video folder.
 
         Args:
@@ -222,14 +226,22 @@ class CogVideoXPipeline:
             compiled block program called per block from the host, over per-block weights in device
             memory: :mod:`vidax.models.cogvideox.block_loop`), or ``"auto"``: ``"host"`` on the CPU
             backend, ``"scan"`` elsewhere (docs/design.md, "Block loop"). Same values either way.
+            Ignored (but checked) with ``offload_chunk``.
+          offload_chunk: keep the blocks in host memory (``pinned_host`` where the backend has it) and
+            stream ``offload_chunk`` blocks at a time to the devices, each step (any value from 1 to the
+            layer count: 30 for CogVideoX-2b, 42 for the 5B models; the last chunk is zero-padded);
+            None: the blocks stay in device memory. Same values as resident.
+          offload_overlap: with offloading, copy the next chunk while the current one computes (at most
+            two chunks in device memory); False: copy, wait, compute, wait (one chunk).
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the
             transformer's ``text_embed_dim``, a checkpoint of the other task, or weights that do
             not match their configuration (all mismatches listed at once).
           ValueError: an unsupported configuration; a mesh that does not cover the devices, a tp
-            that does not divide the head count (valid sizes listed), or an unknown ``block_loop``,
-            raised before any weight is read.
+            that does not divide the head count (valid sizes listed), an unknown ``block_loop``, or an
+            ``offload_chunk`` that is not an integer in ``[1, num_layers]`` (the sizes that need no
+            padding listed), raised before any weight is read.
         """
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
@@ -253,7 +265,7 @@ class CogVideoXPipeline:
         mesh = optional_mesh(dp, tp, sp, devices=devices)
         if mesh is not None:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
-        plan = block_plan(tcfg.num_layers, None, block_loop)
+        plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         specs = transformer_specs(tcfg)
         tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
         tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
@@ -264,7 +276,7 @@ class CogVideoXPipeline:
         eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
         tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
-                   attention, mesh=mesh, block_chunks=chunks)
+                   attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
                                      keep=keep_text)
         pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, cvae.ENCODER_PARTS))
@@ -311,6 +323,8 @@ class CogVideoXPipeline:
         prompt: str | list[str],
         negative_prompt: str | list[str] | None = None,
         *,
+        image: Any = None,
+        last_image: Any = None,
         height: int = 480,
         width: int = 720,
         num_frames: int = 49,
@@ -330,6 +344,10 @@ class CogVideoXPipeline:
         Args:
           prompt: one prompt or a list (batch).
           negative_prompt: for classifier-free guidance; default "" (as diffusers).
+          image, last_image: must be None: this is a text-to-video checkpoint (the keywords are the
+            interface every vidax pipeline shares; image-to-video is
+            :class:`CogVideoXImageToVideoPipeline` on an I2V folder, and CogVideoX has no last-frame
+            conditioning).
           height, width: pixels, multiples of 16 (480 x 720 for CogVideoX, 768 x 1360 for 1.5).
           num_frames: ``8k + 1`` frames (49; 81 for 1.5); see :func:`check_inputs`.
           num_inference_steps: sampler steps.
@@ -350,10 +368,17 @@ class CogVideoXPipeline:
           :class:`CogVideoXOutput` with frames ``(B, F, H, W, 3)``.
 
         Raises:
-          ValueError: invalid sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a seed
-            outside ``[0, 2**32)`` or a non-finite guidance scale (:mod:`vidax.core.inputs`),
-            an unknown sampler or output type.
+          ValueError: an ``image`` or ``last_image`` (named with the pipeline that takes images), invalid
+            sizes (see :func:`check_inputs`), mismatched prompt batches or latents, a seed outside
+            ``[0, 2**32)`` or a non-finite guidance scale (:mod:`vidax.core.inputs`), an unknown sampler
+            or output type.
         """
+        if image is not None or last_image is not None:
+            given = " and ".join(n for n, v in (("image", image), ("last_image", last_image)) if v is not None)
+            raise ValueError(
+                f"{self.folder} is a CogVideoX text-to-video checkpoint and takes no {given}: image-to-video runs "
+                "CogVideoXImageToVideoPipeline on an image-to-video folder (CogVideoX-5b-I2V, CogVideoX1.5-5B-I2V)"
+                + (", and CogVideoX has no last-frame conditioning" if last_image is not None else ""))
         return self._generate(prompt, negative_prompt, None, height=height, width=width, num_frames=num_frames,
                               num_inference_steps=num_inference_steps, guidance_scale=guidance_scale,
                               use_dynamic_cfg=use_dynamic_cfg, sampler=sampler, seed=seed, latents=latents,
@@ -430,7 +455,7 @@ class CogVideoXPipeline:
             compiled = self.compile_step(self.transformer_params, x, t_abstract, context, positions, g_first, cond, ofs,
                                          guided=guided)
             metrics["compile_s"] = time.perf_counter() - t0
-            metrics["block_loop"] = self.block_loop
+            metrics.update(self._block_metrics())
 
             step_times = []
             n = state.num_inference_steps
@@ -465,8 +490,24 @@ class CogVideoXPipeline:
 
     @property
     def block_loop(self) -> str:
-        """``"host"`` (one-block chunks in device memory, a host loop) or ``"scan"``."""
-        return "scan" if self.block_chunks is None else "host"
+        """``"scan"``, ``"host"`` (one-block chunks in device memory, a host loop) or ``"offload"`` (chunks
+        streamed from host memory)."""
+        if self.block_chunks is None:
+            return "scan"
+        return "host" if self.block_chunks.in_device_memory else "offload"
+
+    def _block_metrics(self) -> dict:
+        """``{"block_loop": ...}``, and with offloading ``"offload"``: the keys of the Wan pipeline's."""
+        out: dict[str, Any] = {"block_loop": self.block_loop}
+        stack = self.block_chunks
+        if stack is None or stack.in_device_memory:
+            return out
+        leaf = jax.tree.leaves(stack.chunks[0])[0]
+        out["offload"] = {"chunk": stack.plan.chunk, "chunks": stack.num_chunks,
+                          "padded_layers": stack.plan.padded_layers, "overlap": self.offload_overlap,
+                          "chunk_bytes_per_device": stack.chunk_bytes_per_device(),
+                          "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy"}
+        return out
 
     @property
     def compute_dtype(self) -> np.dtype:
@@ -479,8 +520,8 @@ class CogVideoXPipeline:
 
         Returns:
           ``step(params, x, t, context, positions, g, cond, ofs) -> prediction``: the scanned step, or with
-          the host block loop its prologue, the block program per block and its epilogue
-          (:func:`vidax.models.cogvideox.block_loop.compile_step`), with the same contract.
+          chunked blocks (host block loop, offloading) its prologue, the block program per chunk and its
+          epilogue (:func:`vidax.models.cogvideox.block_loop.compile_step`), with the same contract.
         """
         if self.block_chunks is None:
             return self._step.lower(params, x, t, context, positions, g, cond, ofs, cfg=self.transformer_cfg,
@@ -488,7 +529,7 @@ class CogVideoXPipeline:
                                     rules=self.rules).compile()
         return cog_block_loop.compile_step(params, self.block_chunks, x, t, context, positions, g, cond, ofs,
                                            cfg=self.transformer_cfg, attention=self.attention, guided=guided,
-                                           mesh=self.mesh, rules=self.rules)
+                                           mesh=self.mesh, rules=self.rules, overlap=self.offload_overlap)
 
     def transformer_tree(self) -> dict:
         """The transformer's whole parameter tree as :func:`transformer_specs` declares it, blocks stacked
@@ -543,8 +584,14 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
     is dropped before decoding, exactly as in the reference). The 5B-I2V transformer has a learned
     position table and runs at 480 x 720 only.
 
-    The image must already have the output size: the reference resizes other sizes with PIL,
-    which is not reproduced here.
+    An image of another size is resized to ``height x width`` as the reference's
+    ``VideoProcessor.preprocess`` resizes it: PIL images and files with Pillow's Lanczos filter, arrays
+    by PyTorch's nearest-neighbour rule (:mod:`vidax.models.cogvideox.image`).
+
+    Example::
+
+        pipe = CogVideoXImageToVideoPipeline.from_pretrained("CogVideoX-5b-I2V", dtype="bfloat16")
+        out = pipe("a cat surfing a wave", image="cat.png", height=480, width=720, num_frames=49)
     """
 
     _CONDITION_CHANNELS = 2
@@ -554,7 +601,8 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         """Image latents ``(B, 1, C, h, w)`` in diffusion space (``prepare_latents``'s ``image_latents`` before padding).
 
         Args:
-          image: ``(B, H, W, 3)`` uint8, or float in ``[0, 1]``.
+          image: ``(B, H, W, 3)`` uint8, or float in ``[0, 1]``, at the video's size
+            (:func:`vidax.models.cogvideox.image.image_frames` prepares any input so).
           key: JAX key of the posterior sample's noise (unless ``image_noise`` is given).
           image_noise: optional ``(B, C, 1, h, w)`` standard normal noise of the posterior sample.
         """
@@ -571,10 +619,11 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
 
     def __call__(
         self,
-        image: np.ndarray,
         prompt: str | list[str],
         negative_prompt: str | list[str] | None = None,
         *,
+        image: Any = None,
+        last_image: Any = None,
         height: int = 480,
         width: int = 720,
         num_frames: int = 49,
@@ -593,23 +642,29 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         """Generate videos that start from ``image``.
 
         Args:
-          image: ``(H, W, 3)`` or ``(B, H, W, 3)`` (one per prompt), uint8 or float in ``[0, 1]``, at
-            exactly ``height x width``.
+          image: required, the first frame, one per prompt: a file path, a PIL image, a uint8 or float
+            ``[0, 1]`` array ``(H, W, 3)`` or ``(B, H, W, 3)``, or a list of images. Any size: resized to
+            ``height x width`` as the reference resizes it (PIL images and files: Pillow Lanczos; arrays:
+            PyTorch's nearest-neighbour rule; :func:`vidax.models.cogvideox.image.image_frames`).
+          last_image: must be None (CogVideoX has no last-frame conditioning).
           image_noise: the VAE posterior sample's noise ``(B, C, 1, H/8, W/8)``; default from ``seed``.
           Others: as :meth:`CogVideoXPipeline.__call__`.
 
         Raises:
-          ValueError: an image of another size or batch than the prompts, and everything
-            :meth:`CogVideoXPipeline.__call__` raises.
+          ValueError: no ``image``, a ``last_image``, a number of images other than the prompts'; an
+            unreadable, too small or malformed image (:class:`vidax.core.images.ImageError`); and
+            everything :meth:`CogVideoXPipeline.__call__` raises.
+          TypeError: an image of another type.
         """
-        img = np.asarray(image)
-        img = img[None] if img.ndim == 3 else img
+        if image is None:
+            raise ValueError(f"{type(self).__name__} needs image=: the first frame (a path, a PIL image or an RGB "
+                             "array); text-to-video runs CogVideoXPipeline on a text-to-video folder")
+        if last_image is not None:
+            raise ValueError("CogVideoX has no last-frame conditioning: pass image= (the first frame) only, "
+                             "without last_image")
         n_prompts = len(prompt_batch(prompt)[0])
-        if img.ndim != 4 or img.shape[-1] != 3:
-            raise ValueError(f"image must be (H, W, 3) or (B, H, W, 3) RGB, got shape {tuple(np.shape(image))}")
-        if img.shape[1:3] != (height, width):
-            raise ValueError(f"image is {img.shape[1]}x{img.shape[2]} but the video is {height}x{width} (height x width): "
-                             "resize the image first (the reference resizes with PIL, which vidax does not reproduce)")
+        check_inputs(self.transformer_cfg, self.vae_cfg, height, width, num_frames)  # before resizing to them
+        img = image_frames(image, height, width)
         if img.shape[0] != n_prompts:
             raise ValueError(f"{img.shape[0]} images for {n_prompts} prompts; pass one image per prompt")
         pt = self.transformer_cfg.patch_size_t
