@@ -33,7 +33,7 @@ demo: $(VENV)/.installed
 	$(BIN)/vidax generate --checkpoint $(DEMO_CKPT) \
 		--prompt "A majestic red panda climbing a bamboo tree in the snow, 4k" \
 		--height 128 --width 128 --num-frames 17 --steps 8 --dtype float32 \
-		--out $(OUT_DIR)/demo.mp4 --metrics-json $(OUT_DIR)/demo-metrics.json
+		--out $(OUT_DIR)/demo.mp4 --metrics-json $(OUT_DIR)/demo-metrics.json --mkdir
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)

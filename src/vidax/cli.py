@@ -1,10 +1,13 @@
-"""The ``vidax`` command line: parse, call the pipeline, write the file. No model logic here."""
+"""The ``vidax`` command line: parse, find the family, preset and task through the registry, call the pipeline, write
+the outputs. No model logic and no family here: every family-specific flag, default, check and hook comes from its
+record in :mod:`vidax.models.registry`, so a flag no family declares cannot be silently ignored, and a new family
+needs no change in this file.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -13,169 +16,183 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
-from vidax.models.wan.config import PRESETS, WAN_NEGATIVE_PROMPT
+from vidax.core import arg_types
+from vidax.models import registry
 
-# Defaults when neither a flag nor a preset sets a value (diffusers WanPipeline's defaults).
-_DEFAULTS = dict(height=480, width=832, num_frames=81, steps=50, guidance_scale=5.0, flow_shift=None,
-                 dtype="bfloat16", negative_prompt=WAN_NEGATIVE_PROMPT, fps=16)
+#: The flags every family takes, besides its own settings: (flag, argparse attribute, call keyword).
+COMMON_FLAGS = (("--height", "height", "height"), ("--width", "width", "width"),
+                ("--num-frames", "num_frames", "num_frames"), ("--steps", "steps", "num_inference_steps"),
+                ("--guidance-scale", "guidance_scale", "guidance_scale"),
+                ("--negative-prompt", "negative_prompt", "negative_prompt"))
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+#: Runtime flags only some families take: (flag, attribute, what the family record must offer).
+_OFFLOAD_FLAGS = (("--offload-chunk", "offload_chunk"), ("--offload-serial", "offload_serial"))
+_PLANNER_FLAGS = (("--auto-split", "auto_split"), ("--memory-gb", "memory_gb"), ("--reserve-gb", "reserve_gb"))
 
 
-def _positive_float(text: str) -> float:
-    value = _finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+def _an(word: str) -> str:
+    """``word`` with its indefinite article, as spoken (an LTX-Video, a CogVideoX)."""
+    return f"an {word}" if word[:1].upper() in "AEIOUFHLMNRSX" else f"a {word}"
 
 
-def _non_negative_float(text: str) -> float:
-    value = _finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or positive, got {text}")
-    return value
+def _by_family(values: dict[str, Any], unit: str = "") -> str:
+    """``"Wan 480, CogVideoX 480, LTX-Video 512"`` from ``{display: value}``."""
+    return ", ".join(f"{name} {value}{unit}" for name, value in values.items())
 
 
-def _fps(text: str) -> int:
-    value = _positive_int(text)
-    if value > 1000:
-        raise argparse.ArgumentTypeError(f"must be at most 1000 frames per second, got {text}")
-    return value
+def _family_defaults(key: str) -> str:
+    return _by_family({f.display: f.defaults.get(key) for f in registry.families() if f.defaults.get(key) is not None})
 
 
-def _seed(text: str) -> int:
-    from vidax.core.inputs import check_seed
-
-    value = int(text)  # (a ValueError here: argparse's "invalid seed value")
-    try:
-        return check_seed(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _directory(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty: pass a directory, or --no-compile-cache to turn the cache off")
-    return text
+def _settings_table() -> dict[str, list[tuple[registry.Family, registry.Setting]]]:
+    """Each family setting's name -> the families declaring it (one CLI flag per name)."""
+    table: dict[str, list] = {}
+    for fam in registry.families():
+        for s in fam.settings:
+            table.setdefault(s.name, []).append((fam, s))
+    for name, decls in table.items():
+        flags = {s.flag for _, s in decls}
+        kinds = {s.type is None for _, s in decls}
+        if len(flags) > 1 or len(kinds) > 1:
+            raise RuntimeError(f"families declare setting {name!r} differently: {sorted(flags)}")
+    return table
 
 
-def _timesteps(text: str) -> tuple[float, ...]:
-    values = tuple(float(v) for v in text.split(",") if v.strip())
-    if not values or not all(math.isfinite(v) and 0 <= v <= 1000 for v in values):
-        raise argparse.ArgumentTypeError(f"must be comma-separated numbers in [0, 1000], got {text!r}")
-    return values
+def _add_family_settings(g: argparse.ArgumentParser) -> None:
+    group = g.add_argument_group("family settings", "taken by the families named; refused for the others")
+    for name, decls in _settings_table().items():
+        fam0, s0 = decls[0]
+        who = ", ".join(f.display for f, _ in decls)
+        helps = "; ".join(f"{f.display}: {s.help}" + (f" ({'/'.join(s.choices)})" if s.choices else "")
+                          for f, s in decls) if len(decls) > 1 else s0.help
+        text = f"[{who}] {helps}"
+        if s0.type is None:
+            group.add_argument(s0.flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
+            continue
+        choices = None
+        if all(s.choices for _, s in decls):
+            choices = sorted({c for _, s in decls for c in s.choices})
+        group.add_argument(s0.flag, dest=name, type=s0.type, choices=choices, default=None, metavar=s0.metavar,
+                           help=text)
 
 
-# argparse reports a type function's ValueError as "invalid <name> value"; these names read as the expected type.
-_positive_int.__name__ = "positive integer"
-_finite_float.__name__ = _positive_float.__name__ = _non_negative_float.__name__ = "number"
-_seed.__name__ = "seed"
-_fps.__name__ = "frame rate"
-_timesteps.__name__ = "timesteps"
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vidax", description="JAX inference for open video generation models.")
-    sub = p.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="generate a video from a prompt")
-    g.add_argument("--checkpoint", required=True,
-                   help="Wan (diffusers layout or the original release), CogVideoX or LTX-Video checkpoint folder")
-    g.add_argument("--prompt", required=True)
-    g.add_argument("--negative-prompt", default=None, help="default: the Wan reference negative prompt")
-    g.add_argument("--image", default=None,
-                   help="first frame (image-to-video: Wan2.1 I2V/FLF2V, Wan2.2, LTX-Video)")
-    g.add_argument("--last-image", default=None,
-                   help="last frame (first-last-frame: Wan2.1 FLF2V, Wan2.2 I2V A14B, LTX-Video 0.9.5+)")
-    g.add_argument("--max-area", type=int, default=None,
-                   help="with --image and no --height/--width: output pixels (the image's aspect ratio is kept)")
-    g.add_argument("--guidance-scale-2", type=_finite_float, default=None,
-                   help="Wan2.2 A14B: guidance of the low-noise expert (default: --guidance-scale)")
-    g.add_argument("--preset", choices=sorted(PRESETS) + sorted(_cogvideox_presets()) + sorted(_ltx_presets()), default=None,
-                   help="reference settings of a benchmark row (size, frames, steps, shift, dtype)")
-    g.add_argument("--height", type=int, default=None, help="pixels, multiple of 16 (32 for LTX-Video)")
-    g.add_argument("--width", type=int, default=None, help="pixels, multiple of 16 (32 for LTX-Video)")
-    g.add_argument("--num-frames", type=int, default=None, help="4k+1 frames (Wan), 8k+1 (CogVideoX, LTX-Video)")
-    g.add_argument("--steps", type=_positive_int, default=None, help="sampler steps")
-    g.add_argument("--guidance-scale", type=_finite_float, default=None, help="CFG scale; 1 or below turns CFG off")
-    g.add_argument("--flow-shift", type=_positive_float, default=None, help="default: the checkpoint scheduler's shift")
-    g.add_argument("--sampler", choices=["unipc", "euler", "ddim", "dpm"], default=None,
-                   help="default: the checkpoint's (UniPC for Wan, DDIM for CogVideoX; ddim/dpm are CogVideoX samplers)")
-    g.add_argument("--guidance-rescale", type=_finite_float, default=None,
-                   help="LTX-Video: rescale of the guided prediction, 0 to 1 (0.7 for the dev presets; 0: off)")
-    g.add_argument("--timesteps", type=_timesteps, default=None,
-                   help="LTX-Video: explicit timesteps, comma-separated (the distilled presets' list)")
-    g.add_argument("--decode-timestep", type=_non_negative_float, default=None,
-                   help="LTX-Video: the timestep-conditioned VAE's decode timestep (presets: 0.05)")
-    g.add_argument("--decode-noise-scale", type=_non_negative_float, default=None,
-                   help="LTX-Video: noise mixed into the latents before decoding (default: --decode-timestep)")
-    g.add_argument("--seed", type=_seed, default=0, help="noise seed, 0 to 2**32 - 1")
-    g.add_argument("--dtype", choices=["bfloat16", "float32"], default=None, help="transformer weight dtype")
-    g.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash", "cpu_flash"],
-                   default="auto", help="attention kernel; auto: cudnn on GPU, splash on TPU, cpu_flash on CPU")
-    g.add_argument("--dp", type=_positive_int, default=1, help="data-parallel size (CFG halves split over it)")
-    g.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size (divides the head count)")
-    g.add_argument("--sp", type=_positive_int, default=1, help="sequence-parallel size (Ulysses); dp*tp*sp = device count")
-    g.add_argument("--offload-chunk", type=int, default=None, metavar="N",
-                   help="keep the transformer blocks in host memory and stream them to the devices N at a time")
-    g.add_argument("--offload-serial", action="store_true",
+def _add_runtime_flags(g: argparse.ArgumentParser) -> None:
+    r = g.add_argument_group("devices and memory")
+    r.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                   help="transformer weight dtype (default: the preset's, else bfloat16); norms, embedders and AdaLN "
+                        "tables stay float32")
+    r.add_argument("--attention", choices=["auto", "xla", "chunked", "cudnn", "splash", "cpu_flash"], default="auto",
+                   help="attention kernel (default auto: cudnn on GPU, splash on TPU, cpu_flash on CPU)")
+    r.add_argument("--dp", type=arg_types.positive_int, default=1, help="data-parallel size (CFG halves split over it)")
+    r.add_argument("--tp", type=arg_types.positive_int, default=1, help="tensor-parallel size (divides the head count)")
+    r.add_argument("--sp", type=arg_types.positive_int, default=1,
+                   help="sequence-parallel size (Ulysses); dp*tp*sp = device count (default 1 each: one device)")
+    r.add_argument("--offload-chunk", type=int, default=None, metavar="N",
+                   help="keep the transformer blocks in host memory and stream them to the devices N at a time "
+                        "(default: resident)")
+    r.add_argument("--offload-serial", action="store_true",
                    help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's mode)")
-    g.add_argument("--block-loop", choices=["auto", "scan", "host"], default="auto",
-                   help="run the transformer blocks under one scan (scan) or as one block program called per "
-                        "block from the host (host); auto: host on CPU, scan on accelerators")
-    g.add_argument("--text-encoder-residency", choices=["auto", "resident", "free"], default="auto",
-                   help="free the float32 text encoder after encoding (auto: on accelerators, not on CPU)")
-    g.add_argument("--auto-split", action="store_true",
-                   help="choose --dp/--tp/--sp/--offload-chunk with the memory planner (see `vidax plan`) for all devices")
-    g.add_argument("--memory-gb", type=_positive_float, default=None,
-                   help="with --auto-split: per-device memory budget in GiB (default: what the device reports; on "
-                        "CPU the host's memory divided by the device count)")
-    g.add_argument("--reserve-gb", type=_non_negative_float, default=0.0,
-                   help="with --auto-split: GiB per device kept free for the text encoder and the VAE")
-    g.add_argument("--distributed", action="store_true",
+    r.add_argument("--block-loop", choices=["auto", "scan", "host"], default="auto",
+                   help="run the transformer blocks under one scan (scan) or as one block program called per block "
+                        "from the host (host); default auto: host on CPU, scan on accelerators")
+    r.add_argument("--text-encoder-residency", choices=["auto", "resident", "free"], default="auto",
+                   help="free the float32 text encoder after encoding (default auto: on accelerators, not on CPU)")
+    planned = ", ".join(f.display for f in registry.families() if f.plan is not None)
+    r.add_argument("--auto-split", action="store_true",
+                   help=f"[{planned}] choose --dp/--tp/--sp/--offload-chunk with the memory planner (see `vidax plan`)")
+    r.add_argument("--memory-gb", type=arg_types.positive_float, default=None,
+                   help="with --auto-split: per-device memory budget in GiB (default: what the device reports; on CPU "
+                        "the host's memory divided by the device count)")
+    r.add_argument("--reserve-gb", type=arg_types.non_negative_float, default=None,
+                   help="with --auto-split: GiB per device kept free for the text encoder and the VAE (default 0)")
+    r.add_argument("--distributed", action="store_true",
                    help="several hosts: call jax.distributed.initialize() first (arguments from the flags below or the "
                         "cluster environment); each process reads only its devices' shards, process 0 writes the outputs")
-    g.add_argument("--coordinator-address", default=None, help="with --distributed: host:port of process 0")
-    g.add_argument("--num-processes", type=int, default=None, help="with --distributed: number of processes")
-    g.add_argument("--process-id", type=int, default=None, help="with --distributed: this process's index")
-    g.add_argument("--fps", type=_fps, default=None,
-                   help="frames per second of the mp4 (default: the model's)")
-    g.add_argument("--out", default="outputs/video.mp4", help="mp4 path (written to a temp file, then renamed)")
-    g.add_argument("--metrics-json", default=None, help="also write timings and memory as JSON here")
-    g.add_argument("--no-progress", action="store_true")
-    cache = g.add_mutually_exclusive_group()
-    cache.add_argument("--compile-cache", type=_directory, default=None, metavar="DIR",
+    r.add_argument("--coordinator-address", default=None, help="with --distributed: host:port of process 0")
+    r.add_argument("--num-processes", type=int, default=None, help="with --distributed: number of processes")
+    r.add_argument("--process-id", type=int, default=None, help="with --distributed: this process's index")
+
+
+def _add_output_flags(g: argparse.ArgumentParser, out_default: str | None) -> None:
+    o = g.add_argument_group("outputs")
+    if out_default is not None:
+        o.add_argument("--out", default=None,
+                       help=f"mp4 path, written to a temporary file and renamed (default: {out_default}); its folder "
+                            "must exist unless --mkdir")
+        o.add_argument("--metrics-json", default=None, help="also write timings, memory and settings as JSON here")
+        o.add_argument("--mkdir", action="store_true", help="create the folders of --out and --metrics-json")
+    o.add_argument("--no-progress", action="store_true", help="no progress display (the summary line stays)")
+    o.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
+    cache = o.add_mutually_exclusive_group()
+    cache.add_argument("--compile-cache", type=arg_types.directory, default=None, metavar="DIR",
                        help="keep compiled programs here for later runs (default: $VIDAX_COMPILE_CACHE, else "
                             "$XDG_CACHE_HOME/vidax/jax or ~/.cache/vidax/jax)")
     cache.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh, write no cache")
 
-    i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
-    i.add_argument("path", help="a Wan, CogVideoX or LTX-Video checkpoint folder (any layout), a component folder, "
-                                "or a weights file")
 
+def _generate_epilog() -> str:
+    lines = ["Without --preset a family's reference defaults apply (diffusers' pipeline defaults):"]
+    for f in registry.families():
+        d = f.defaults
+        lines.append(f"  {f.display}: {d['width']}x{d['height']}, {d['num_frames']} frames, {d['num_inference_steps']} "
+                     f"steps, guidance {d['guidance_scale']}; {f.size_rule}")
+    lines.append("At those sizes a full-size model takes minutes per step on a CPU: pass small sizes and few steps to "
+                 "try a checkpoint, or use a GPU/TPU. `vidax presets` lists the presets; `vidax demo` runs a tiny one.")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    fams = registry.families()
+    p = argparse.ArgumentParser(prog="vidax", description="JAX inference for open video generation models.")
+    sub = p.add_subparsers(dest="command", required=True)
+    names = ", ".join(f.display for f in fams)
+    g = sub.add_parser("generate", help="generate a video from a prompt (and images)", epilog=_generate_epilog(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("--checkpoint", required=True, help=f"a checkpoint folder ({names}; diffusers layout, vidax-"
+                   "converted, or an original release)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--negative-prompt", default=None,
+                   help="default: the preset's, else the family's (Wan: its reference negative prompt; others: none)")
+    g.add_argument("--image", default=None, help="the first frame (image-to-video); the task follows the inputs")
+    g.add_argument("--last-image", default=None, help="the last frame too (first-last-frame-to-video)")
+    g.add_argument("--preset", choices=sorted(registry.presets()), default=None, metavar="PRESET",
+                   help="reference settings of a benchmark row (size, frames, steps, guidance, dtype; `vidax presets`)")
+    s = g.add_argument_group("generation", "each default: the preset's, else the family's reference (see below)")
+    s.add_argument("--height", type=int, default=None, help=f"pixels (default: {_family_defaults('height')})")
+    s.add_argument("--width", type=int, default=None, help=f"pixels (default: {_family_defaults('width')})")
+    s.add_argument("--num-frames", type=int, default=None, help=f"frames (default: {_family_defaults('num_frames')})")
+    s.add_argument("--steps", type=arg_types.positive_int, default=None,
+                   help=f"sampler steps (default: {_family_defaults('num_inference_steps')})")
+    s.add_argument("--guidance-scale", type=arg_types.finite_float, default=None,
+                   help=f"CFG scale; 1 or below turns CFG off (default: {_family_defaults('guidance_scale')})")
+    s.add_argument("--seed", type=arg_types.seed, default=0, help="noise seed, 0 to 2**32 - 1 (default 0)")
+    told = ", ".join(f.display for f in fams if f.fps_setting)
+    s.add_argument("--fps", type=arg_types.fps, default=None,
+                   help="frames per second of the mp4 (default: the preset's, else the model's)"
+                        + (f"; {told} models are told the rate too" if told else ""))
+    _add_family_settings(g)
+    _add_runtime_flags(g)
+    _add_output_flags(g, "outputs/video.mp4")
+
+    i = sub.add_parser("inspect", help="describe a checkpoint folder or file (reads headers only)")
+    i.add_argument("path", help=f"a checkpoint folder ({names}; any layout), a component folder, or a weights file")
+
+    planned = {n: (f, pr) for n, (f, pr) in registry.presets().items() if f.plan is not None}
     pl = sub.add_parser("plan", help="per-device memory of every (dp, tp, sp, offload) split, compiled without weights")
-    pl.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the generation settings to plan")
+    pl.add_argument("--preset", choices=sorted(planned), required=True, metavar="PRESET",
+                    help="the generation settings to plan (" + ", ".join(sorted(planned)) + ")")
     pl.add_argument("--checkpoint", default=None, help="take the transformer architecture from this checkpoint "
                     "(default: the preset's model)")
-    pl.add_argument("--devices", type=_positive_int, default=None,
-                    help="devices of the run (default: the preset's tp x sp, the paper's chip count)")
-    pl.add_argument("--memory-gb", type=_positive_float, default=None,
-                    help="per-device memory budget in GiB (default: what the device reports, else 30.75: the usable "
-                         "HBM of a TPU v4 chip, the paper's budget)")
-    pl.add_argument("--reserve-gb", type=_non_negative_float, default=0.0,
-                    help="GiB per device kept free for the text encoder and VAE")
+    pl.add_argument("--devices", type=arg_types.positive_int, default=None,
+                    help="devices of the run (default: this machine's; more are simulated on the CPU to plan for "
+                         "another machine)")
+    pl.add_argument("--memory-gb", type=arg_types.positive_float, default=None,
+                    help="per-device memory budget in GiB (default: what this machine's device reports, else its host "
+                         "memory divided by the device count)")
+    pl.add_argument("--reserve-gb", type=arg_types.non_negative_float, default=0.0,
+                    help="GiB per device kept free for the text encoder and VAE (default 0)")
     pl.add_argument("--height", type=int, default=None)
     pl.add_argument("--width", type=int, default=None)
     pl.add_argument("--num-frames", type=int, default=None)
@@ -186,26 +203,144 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", default=None, help="also write the estimates as JSON here")
 
     c = sub.add_parser("convert", help="translate a checkpoint once into the vidax layout (loads as a plain copy)")
-    c.add_argument("src", help="Wan (diffusers layout or the original release), CogVideoX or LTX-Video checkpoint folder")
+    c.add_argument("src", help=f"a checkpoint folder ({names}; diffusers layout or an original release)")
     c.add_argument("dst", help="output folder (must not exist)")
-    c.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="transformer weight dtype")
-    c.add_argument("--text-encoder-dtype", choices=["bfloat16", "float32"], default="float32")
-    c.add_argument("--vae-dtype", choices=["bfloat16", "float32"], default="float32")
+    c.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                   help="transformer weight dtype written (default bfloat16; fp32-pinned leaves stay float32)")
+    c.add_argument("--text-encoder-dtype", choices=["bfloat16", "float32"], default="float32",
+                   help="default float32 (paper fault 2)")
+    c.add_argument("--vae-dtype", choices=["bfloat16", "float32"], default="float32", help="default float32")
+
+    demo_names = ", ".join(registry.demos())
+    d = sub.add_parser("demo", help="write a tiny random-weight checkpoint and generate a small video from it",
+                       description="NAME is a family or a model within one (" + demo_names + "); TASK one of "
+                                   + ", ".join(registry.TASKS) + ". The checkpoint is written under --checkpoint-dir if "
+                                   "absent, the video to --out-dir. Random weights: the video is structured noise.")
+    d.add_argument("name", nargs="?", default=fams[0].demos[0].name if fams and fams[0].demos else None,
+                   metavar="NAME[/TASK]", help=f"default: {fams[0].demos[0].name if fams and fams[0].demos else ''}")
+    d.add_argument("--checkpoint-dir", default="checkpoints", help="where demo checkpoints are kept (default checkpoints)")
+    d.add_argument("--out-dir", default="outputs", help="where the video and metrics go (default outputs)")
+    d.add_argument("--seed", type=arg_types.seed, default=0)
+    _add_output_flags(d, None)
+
+    sub.add_parser("presets", help="every preset with its settings, as a table")
     return p
 
 
-def _settings(args) -> dict:
-    s = dict(_DEFAULTS)
-    if args.preset:
-        pr = PRESETS[args.preset]
-        s.update(height=pr.height, width=pr.width, num_frames=pr.num_frames, steps=pr.num_inference_steps,
-                 guidance_scale=pr.guidance_scale, flow_shift=pr.flow_shift, dtype=pr.dtype,
-                 negative_prompt=pr.negative_prompt, fps=pr.fps)
-    for key in ("height", "width", "num_frames", "steps", "guidance_scale", "flow_shift", "dtype", "negative_prompt", "fps"):
-        v = getattr(args, key)
-        if v is not None:
-            s[key] = v
-    return s
+# -- generate ---------------------------------------------------------------------------------------------------------
+
+
+def _preset_for(args, fam: registry.Family):
+    """``--preset`` as a record of ``fam``; a preset of another family is a preset problem, reported as one."""
+    if args.preset is None:
+        return None
+    other, preset = registry.preset(args.preset)
+    if other is not fam:
+        raise ValueError(f"--preset {args.preset} is not {_an(fam.display)} preset (it is {_an(other.display)} preset), "
+                         f"and {args.checkpoint} is {_an(fam.display)} checkpoint; {fam.display} presets: "
+                         + ", ".join(sorted(fam.presets())))
+    return preset
+
+
+def _refuse_flags(args, fam: registry.Family) -> None:
+    """Raise ValueError naming every given flag ``fam`` does not take (rather than ignoring it)."""
+    given = [s.flag for name, decls in _settings_table().items() for _, s in decls[:1]
+             if getattr(args, name, None) is not None and fam.setting(name) is None]
+    if not fam.offload:
+        given += [flag for flag, attr in _OFFLOAD_FLAGS if getattr(args, attr) not in (None, False)]
+    if fam.plan is None:
+        given += [flag for flag, attr in _PLANNER_FLAGS if getattr(args, attr) not in (None, False)]
+    if given:
+        own = [s.flag for s in fam.settings]
+        raise ValueError(f"{' '.join(given)}: not used by {fam.display}; leave them out"
+                         + (f" ({fam.display}'s own settings: {', '.join(own)})" if own else ""))
+    for s in fam.settings:
+        value = getattr(args, s.name, None)
+        if value is not None and s.choices and value not in s.choices:
+            raise ValueError(f"{s.flag} {value} is not {_an(fam.display)} {s.name.replace('_', ' ')}; choose "
+                             + " or ".join(s.choices))
+
+
+def _call_settings(args, fam: registry.Family, preset, folder: Path, task: str) -> tuple[dict, dict]:
+    """The pipeline call's settings: the family's reference defaults, then the preset's, then the flags given.
+
+    Returns:
+      ``(call, given)``: the call keywords, and those the flags set explicitly.
+    """
+    given = {key: getattr(args, attr) for _, attr, key in COMMON_FLAGS if getattr(args, attr) is not None}
+    given.update({s.name: getattr(args, s.name) for s in fam.settings if getattr(args, s.name, None) is not None})
+    if fam.fps_setting and args.fps is not None:
+        given[fam.fps_setting] = args.fps
+    call = {k: v for k, v in fam.defaults.items() if k not in ("fps", "dtype")}
+    if preset is not None:
+        call.update(preset.settings())
+    call.update(given)
+    if fam.resolve is not None:
+        call = fam.resolve(folder, task, preset, given, call)
+    return call, given
+
+
+def _task(args, preset) -> str:
+    if args.last_image and not args.image:
+        raise ValueError("--last-image needs --image (the first frame) as well")
+    if preset is not None and preset.task in ("i2v", "flf2v") and not args.image:
+        raise ValueError(f"--preset {preset.name} is an image-to-video setting: pass --image (the first frame)"
+                         + (" and --last-image" if preset.task == "flf2v" else ""))
+    return registry.task_for_inputs(args.image, args.last_image)
+
+
+def generate(args) -> int:
+    """``vidax generate``: every check that needs no weights first (flags, sizes, images, output paths), then load,
+    generate, write, and print one summary line."""
+    from vidax.core.images import load_image
+    from vidax.core.progress import Progress
+
+    enable_compile_cache(args)
+    folder = Path(args.checkpoint).expanduser()
+    fam = registry.family_of(folder)
+    preset = _preset_for(args, fam)
+    _refuse_flags(args, fam)
+    task = _task(args, preset)
+    call, given = _call_settings(args, fam, preset, folder, task)
+    if fam.check is not None:
+        fam.check(folder, task, call)
+    registry.check_task(fam, folder, task)
+    image = load_image(args.image, "--image") if args.image else None
+    last = load_image(args.last_image, "--last-image") if args.last_image else None
+    out = check_outputs(args)
+    dtype = args.dtype or (preset.dtype if preset is not None else fam.defaults.get("dtype", "bfloat16"))
+
+    if args.distributed:
+        init_distributed(args)
+    if args.auto_split:
+        args.dp, args.tp, args.sp, args.offload_chunk = auto_split(args, fam, folder, call, dtype)
+    progress = Progress(enabled=not (args.no_progress or args.quiet))
+    t0 = time.perf_counter()
+    pipe = fam.pipeline_class(task).from_pretrained(
+        folder, dtype=dtype, attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
+        offload_chunk=args.offload_chunk, offload_overlap=not args.offload_serial, block_loop=args.block_loop,
+        text_encoder_residency=args.text_encoder_residency, progress=progress, compile_cache=False)
+    negative = call.pop("negative_prompt", None)
+    result = pipe(args.prompt, negative, image=image, last_image=last, seed=args.seed, progress=progress, **call)
+    fps = args.fps or (preset.fps if preset is not None and preset.fps else None) or result.fps
+    m = dict(result.metrics, total_s=time.perf_counter() - t0, family=fam.name, task=task, preset=args.preset,
+             seed=args.seed, dtype=dtype, steps=result.metrics["num_inference_steps"], fps=fps, out=str(out))
+    if not write_outputs(result.frames[0], m, out, args.metrics_json, fps):
+        return 0  # not process 0 of a multi-host run: nothing to print or write
+    if not args.quiet:
+        print(summary_line(m))
+    return 0
+
+
+def summary_line(m: dict) -> str:
+    """The one line ``vidax generate`` and ``vidax demo`` print, the same for every family."""
+    device = "n/a" if m.get("peak_device_bytes") is None else f"{m['peak_device_bytes'] / 2**30:.2f} GiB"
+    return (f"wrote {m['out']}: {m['num_frames']} frames {m['width']}x{m['height']} at {m['fps']:g} fps "
+            f"({m['family']} {m['task']}) | load {m['load_s']:.1f}s, text encoder {m['text_encoder_s']:.2f}s, "
+            f"VAE encode {m['vae_encode_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step x "
+            f"{m['num_inference_steps']}, VAE decode {m['vae_decode_s']:.2f}s, total {m['total_s']:.1f}s | peak host "
+            f"memory {m['peak_host_rss_bytes'] / 2**30:.2f} GiB, peak device memory {device} | attention "
+            f"{m['attention']}")
 
 
 def init_distributed(args) -> None:
@@ -224,57 +359,75 @@ def init_distributed(args) -> None:
     jax.distributed.initialize(**kw)
 
 
-def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fps: int) -> bool:
+def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fps: float) -> bool:
     """Write the video (and metrics JSON) on process 0 only; other processes of a multi-host run
-    write nothing. Returns whether this process wrote."""
+    write nothing. Both go to temporary files renamed into place, the metrics before the video is published: a
+    failure leaves neither. Returns whether this process wrote."""
     import jax
 
+    from vidax.core.files import publish
     from vidax.video import write_video
 
     if jax.process_index() != 0:
         return False
-    write_video(frames, out, fps=fps)
-    if metrics_json:
-        path = Path(metrics_json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_text(json.dumps(metrics, indent=2))
-        os.replace(tmp, path)
+    tmp = None
+    try:
+        if metrics_json:
+            path = Path(metrics_json)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(metrics, indent=2))
+        write_video(frames, out, fps=fps)
+        if tmp is not None:
+            publish(tmp, Path(metrics_json))
+            tmp = None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return True
 
 
-def check_outputs(args) -> Path:
+def check_outputs(args, default: str = "outputs/video.mp4") -> Path:
     """Check ``--out`` and ``--metrics-json`` before anything is loaded; return the video's path.
 
-    ``~`` is expanded in both (``args.metrics_json`` is updated). Each file's folder is created and a probe file
-    written and removed there, so a path that cannot be written fails now rather than after the generation.
+    ``~`` is expanded in both (``args.metrics_json`` is updated). A probe file is written and removed in each
+    folder, so a path that cannot be written fails now rather than after the generation. A folder that does not
+    exist is an error unless ``--mkdir`` (or it is the default ``outputs/``, which is created).
 
     Raises:
-      ValueError: ``--out`` not ending in ``.mp4``, either path an existing folder or inside a file, a folder
-        that cannot be written, or both flags naming the same file.
+      ValueError: ``--out`` not ending in ``.mp4``, either path an existing folder or inside a file, a missing or
+        unwritable folder, or both flags naming the same file.
     """
-    out = Path(args.out).expanduser()
+    out = Path(args.out if args.out is not None else default).expanduser()
+    mkdir = args.mkdir or args.out is None
     if out.suffix.lower() != ".mp4":  # (".mp4" alone is a hidden file without a suffix)
         raise ValueError(f"--out {out} must be a file name ending in .mp4, e.g. {out.with_name('video.mp4')}")
-    _check_writable(out, "--out")
+    _check_writable(out, "--out", mkdir)
     if args.metrics_json:
         metrics = Path(args.metrics_json).expanduser()
         if metrics.resolve() == out.resolve():
             raise ValueError(f"--metrics-json {metrics} is the --out video itself; pick another file, e.g. "
                              f"{out.with_suffix('.json')}")
-        _check_writable(metrics, "--metrics-json")
+        _check_writable(metrics, "--metrics-json", args.mkdir)
         args.metrics_json = str(metrics)
     return out
 
 
-def _check_writable(path: Path, flag: str) -> None:
-    """Raise ValueError naming ``flag`` and ``path`` unless a file can be written at ``path``."""
+def _check_writable(path: Path, flag: str, mkdir: bool = True) -> None:
+    """Raise ValueError naming ``flag`` and ``path`` unless a file can be written at ``path`` (its folder created
+    first with ``mkdir``)."""
     if path.is_dir():
         example = path / ("metrics.json" if flag == "--metrics-json" else "video.mp4")
         raise ValueError(f"{flag} {path} is a folder; pass a file path inside it, e.g. {example}")
+    parent = path.parent
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        if not parent.is_dir():
+            if parent.exists() or any(p.exists() and not p.is_dir() for p in parent.parents):
+                raise NotADirectoryError(path)
+            if not mkdir:
+                raise ValueError(f"{flag} {path}: the folder {parent} does not exist; create it or pass --mkdir")
+            parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
@@ -282,163 +435,6 @@ def _check_writable(path: Path, flag: str) -> None:
         if isinstance(e, (FileExistsError, NotADirectoryError)):
             reason = "a file stands where a folder of the path should be"
         raise ValueError(f"{flag} {path}: cannot write there ({reason}); choose another path") from None
-
-
-def _cogvideox_presets() -> dict:
-    from vidax.models.cogvideox.config import PRESETS as COGVIDEOX_PRESETS
-
-    return COGVIDEOX_PRESETS
-
-
-def _is_cogvideox(args) -> bool:
-    """A CogVideoX preset, or a CogVideoX checkpoint (diffusers or vidax-converted layout)."""
-    from vidax.models.cogvideox.layout import is_cogvideox_folder
-
-    return args.preset in _cogvideox_presets() or is_cogvideox_folder(args.checkpoint)
-
-
-def generate_cogvideox(args) -> int:
-    """``vidax generate`` for a CogVideoX text-to-video folder (presets ``cogvideox-*``)."""
-    from vidax.models.cogvideox.pipeline import CogVideoXPipeline
-
-    if args.image or args.last_image:
-        raise ValueError("vidax generate runs CogVideoX text-to-video; for image-to-video use "
-                         "vidax.models.cogvideox.pipeline.CogVideoXImageToVideoPipeline from Python")
-    _refuse_flags(args, "CogVideoX", _WAN_ONLY_FLAGS + (("--offload-chunk", "offload_chunk", None),
-                                                        ("--offload-serial", "offload_serial", False)))
-    pr = _family_preset(args, _cogvideox_presets(), "CogVideoX")
-    height = args.height or (pr.height if pr else 480)
-    width = args.width or (pr.width if pr else 720)
-    num_frames = args.num_frames or (pr.num_frames if pr else 49)
-    steps = args.steps or (pr.num_inference_steps if pr else 50)
-    guidance = args.guidance_scale if args.guidance_scale is not None else (pr.guidance_scale if pr else 6.0)
-    sampler = args.sampler or (pr.sampler if pr else None)
-    if sampler not in (None, "ddim", "dpm"):
-        raise ValueError(f"--sampler {sampler} is not a CogVideoX sampler; choose ddim or dpm")
-    out = check_outputs(args)
-    if args.distributed:
-        init_distributed(args)
-    t0 = time.perf_counter()
-    pipe = CogVideoXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
-                                             attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
-                                             text_encoder_residency=args.text_encoder_residency,
-                                             block_loop=args.block_loop)
-    result = pipe(args.prompt, args.negative_prompt, height=height, width=width, num_frames=num_frames,
-                  num_inference_steps=steps, guidance_scale=guidance,
-                  use_dynamic_cfg=pr.use_dynamic_cfg if pr else False, sampler=sampler, seed=args.seed,
-                  vae_tiling=pr.vae_tiling if pr else None, progress=not args.no_progress)
-    m = dict(result.metrics, total_s=time.perf_counter() - t0, height=height, width=width, num_frames=num_frames,
-             steps=steps, out=str(out))
-    if write_outputs(result.frames[0], m, out, args.metrics_json, args.fps or result.fps):
-        print(f"wrote {out}: {num_frames} frames {width}x{height} in {m['total_s']:.1f}s")
-    return 0
-
-
-#: Flags of the Wan pipelines that the other families do not take (flag, attribute, value when not given).
-_WAN_ONLY_FLAGS = (("--flow-shift", "flow_shift", None), ("--guidance-scale-2", "guidance_scale_2", None),
-                   ("--max-area", "max_area", None), ("--auto-split", "auto_split", False),
-                   ("--memory-gb", "memory_gb", None))
-
-
-def _refuse_flags(args, family: str, flags) -> None:
-    """Raise ValueError naming every given flag that ``family`` does not use (rather than ignoring it)."""
-    given = [flag for flag, attr, unset in flags if getattr(args, attr) != unset]
-    if given:
-        raise ValueError(f"{' '.join(given)}: not used by {family} (Wan-only settings); leave them out")
-
-
-def _family_preset(args, presets: dict, family: str):
-    """The ``--preset`` of this family, or None; a preset of another family is an error."""
-    if args.preset is None:
-        return None
-    if args.preset not in presets:
-        raise ValueError(f"--preset {args.preset} is not a {family} preset, and {args.checkpoint} is a {family} checkpoint; "
-                         f"{family} presets: {', '.join(sorted(presets))}")
-    return presets[args.preset]
-
-
-def _ltx_presets() -> dict:
-    from vidax.models.ltx.config import PRESETS as LTX_PRESETS
-
-    return LTX_PRESETS
-
-
-def _is_ltx(args) -> bool:
-    """An LTX-Video preset, or an LTX-Video checkpoint (diffusers layout)."""
-    from vidax.models.ltx.layout import is_ltx_folder
-
-    return args.preset in _ltx_presets() or is_ltx_folder(args.checkpoint)
-
-
-def generate_ltx(args) -> int:
-    """``vidax generate`` for an LTX-Video folder (presets ``ltx-video-*``): text-to-video, or with ``--image`` (the
-    first frame) and ``--last-image`` (the last frame, ``LTXConditionPipeline`` folders) image-to-video."""
-    from vidax.core.images import load_image
-    from vidax.models.ltx.conditioning import LTXVideoCondition
-    from vidax.models.ltx.pipeline import LTXPipeline, check_inputs
-    from vidax.models.ltx.vae import LTXVideoVAEConfig
-
-    if args.sampler not in (None, "euler"):
-        raise ValueError(f"--sampler {args.sampler} is not an LTX-Video sampler; LTX-Video samples with euler")
-    _refuse_flags(args, "LTX-Video", _WAN_ONLY_FLAGS)
-    pr = _family_preset(args, _ltx_presets(), "LTX-Video")
-
-    def pick(flag, preset_value, default):
-        return flag if flag is not None else (preset_value if pr else default)
-
-    height, width = pick(args.height, pr and pr.height, 512), pick(args.width, pr and pr.width, 704)
-    num_frames = pick(args.num_frames, pr and pr.num_frames, 161)
-    timesteps = pick(args.timesteps, pr and pr.timesteps, None)
-    steps = len(timesteps) if timesteps is not None and args.steps is None else pick(args.steps, pr and pr.num_inference_steps, 50)
-    frame_rate = pick(args.fps, pr and pr.frame_rate, 25)
-    settings = dict(
-        height=height, width=width, num_frames=num_frames, num_inference_steps=steps, timesteps=timesteps,
-        frame_rate=frame_rate, guidance_scale=pick(args.guidance_scale, pr and pr.guidance_scale, 3.0),
-        guidance_rescale=pick(args.guidance_rescale, pr and pr.guidance_rescale, 0.0),
-        decode_timestep=pick(args.decode_timestep, pr and pr.decode_timestep, 0.0),
-        decode_noise_scale=pick(args.decode_noise_scale, pr and pr.decode_noise_scale, None),
-    )
-    # Checks before anything is loaded (every released LTX-Video VAE compresses 32x space, 8x time).
-    check_inputs(LTXVideoVAEConfig(), height, width, num_frames, frame_rate)
-    if timesteps is not None and args.steps is not None and args.steps != len(timesteps):
-        if args.timesteps is None:
-            raise ValueError(f"--preset {args.preset} samples its {len(timesteps)} distilled timesteps; to sample other "
-                             "ones pass them with --timesteps (e.g. --timesteps 1000,975,909,725), not --steps")
-        raise ValueError(f"--steps {args.steps} and {len(timesteps)} timesteps disagree; pass one of them")
-    if args.last_image:
-        from vidax.models.ltx.layout import resolve_checkpoint
-
-        if not args.image:
-            raise ValueError("--last-image needs --image (the first frame) as well")
-        if num_frames < 2:
-            raise ValueError("--last-image needs a video of more than one frame (e.g. --num-frames 121)")
-        ckpt = resolve_checkpoint(args.checkpoint)  # index files only
-        if ckpt.pipeline_class != "LTXConditionPipeline":
-            raise ValueError(f"--last-image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); "
-                             f"{args.checkpoint} is an {ckpt.pipeline_class} folder, which takes --image only")
-    image = load_image(args.image, "--image") if args.image else None
-    last = load_image(args.last_image, "--last-image") if args.last_image else None
-    if last is not None:
-        settings["conditions"] = [LTXVideoCondition(image=image), LTXVideoCondition(image=last, frame_index=num_frames - 1)]
-    elif image is not None:
-        settings["image"] = image
-    out = check_outputs(args)
-    if args.distributed:
-        init_distributed(args)
-    t0 = time.perf_counter()
-    pipe = LTXPipeline.from_pretrained(args.checkpoint, dtype=args.dtype or (pr.dtype if pr else "bfloat16"),
-                                       attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
-                                       text_encoder_residency=args.text_encoder_residency, block_loop=args.block_loop,
-                                       offload_chunk=args.offload_chunk, offload_overlap=not args.offload_serial)
-    negative = args.negative_prompt if args.negative_prompt is not None else (pr.negative_prompt if pr else None)
-    result = pipe(args.prompt, negative, seed=args.seed, progress=not args.no_progress, **settings)
-    m = dict(result.metrics, total_s=time.perf_counter() - t0, height=height, width=width, num_frames=num_frames,
-             steps=steps, out=str(out))
-    if write_outputs(result.frames[0], m, out, args.metrics_json, frame_rate):
-        print(f"wrote {out}: {num_frames} frames {width}x{height} | load {m['load_s']:.1f}s, text encoder "
-              f"{m['text_encoder_s']:.2f}s" + (f", VAE encode {m['vae_encode_s']:.2f}s" if "vae_encode_s" in m else "")
-              + f", compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step, VAE decode {m['vae_decode_s']:.2f}s")
-    return 0
 
 
 def enable_compile_cache(args):
@@ -449,151 +445,35 @@ def enable_compile_cache(args):
     return None if args.no_compile_cache else compile_cache.enable(args.compile_cache)
 
 
-def generate(args) -> int:
-    from vidax.models.wan.pipeline import WanPipeline, check_checkpoint_dir, check_inputs
-
-    enable_compile_cache(args)
-    if _is_cogvideox(args):
-        return generate_cogvideox(args)
-    if _is_ltx(args):
-        return generate_ltx(args)
-
-    if _general_task(args):
-        if args.auto_split:
-            raise ValueError("--auto-split plans the Wan2.1 text-to-video step; pass --dp/--tp/--sp/--offload-chunk "
-                             "for image-conditioned or Wan2.2 runs")
-        return generate_general(args)
-    s = _settings(args)
-    # Every check that needs no weights runs before anything is loaded or computed.
-    check_inputs(s["height"], s["width"], s["num_frames"])
-    check_checkpoint_dir(args.checkpoint)
-    out = check_outputs(args)
-
-    if args.distributed:
-        init_distributed(args)
-    if args.auto_split:
-        args.dp, args.tp, args.sp, args.offload_chunk = auto_split(args, s)
-    t0 = time.perf_counter()
-    pipe = WanPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
-                                       text_encoder_residency=args.text_encoder_residency,
-                                       dp=args.dp, tp=args.tp, sp=args.sp, offload_chunk=args.offload_chunk,
-                                       offload_overlap=not args.offload_serial, block_loop=args.block_loop)
-    result = pipe(
-        args.prompt, s["negative_prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
-        num_inference_steps=s["steps"], guidance_scale=s["guidance_scale"], flow_shift=s["flow_shift"],
-        sampler=args.sampler, seed=args.seed, progress=not args.no_progress,
-    )
-    m = dict(result.metrics)
-    m["total_s"] = time.perf_counter() - t0
-    m.update(height=s["height"], width=s["width"], num_frames=s["num_frames"], steps=s["steps"], out=str(out))
-    if not write_outputs(result.frames[0], m, out, args.metrics_json, s["fps"]):
-        return 0  # not process 0 of a multi-host run: nothing to print or write
-    print(
-        f"wrote {out}: {s['num_frames']} frames {s['width']}x{s['height']} | load {m['load_s']:.1f}s, "
-        f"text encoder {m['text_encoder_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step, "
-        f"VAE decode {m['vae_decode_s']:.2f}s, peak host memory {m['peak_host_rss_bytes'] / 2**30:.2f} GiB"
-        + (f", peak device memory {m['peak_device_bytes'] / 2**30:.2f} GiB" if "peak_device_bytes" in m else "")
-    )
-    return 0
-
-
-def _general_task(args) -> bool:
-    """Image conditioning, a second expert's guidance, a non-T2V-2.1 preset, or a checkpoint that
-    only :class:`~vidax.models.wan.pipeline_i2v.WanImageToVideoPipeline` runs."""
-    from vidax.models.wan.pipeline_i2v import needs_general_pipeline
-
-    preset = PRESETS[args.preset] if args.preset else None
-    if args.image or args.last_image or args.guidance_scale_2 is not None or args.max_area is not None:
-        return True
-    if preset is not None and (preset.task != "t2v" or preset.model.startswith("Wan2.2")):
-        return True
-    try:
-        return needs_general_pipeline(args.checkpoint)
-    except (ValueError, OSError):  # an unusable folder: the T2V path reports it, after its size checks
-        return False
-
-
-def generate_general(args) -> int:
-    """``generate`` for every Wan task (I2V, FLF2V, TI2V-5B, A14B): image and checkpoint checked first."""
-    from vidax.models.wan.pipeline import check_checkpoint_dir
-    from vidax.models.wan.pipeline_i2v import WanImageToVideoPipeline, load_image
-
-    s = _settings(args)
-    preset = PRESETS[args.preset] if args.preset else None
-    # Checks that need no weights: the checkpoint folder, the images, the output path.
-    check_checkpoint_dir(args.checkpoint)
-    if preset is not None and preset.task in ("i2v", "flf2v") and not args.image:
-        raise ValueError(f"--preset {preset.name} is an image-to-video setting: pass --image (the first frame)"
-                         + (" and --last-image" if preset.task == "flf2v" else ""))
-    image = load_image(args.image, "--image") if args.image else None
-    last = load_image(args.last_image, "--last-image") if args.last_image else None
-    out = check_outputs(args)
-    # Explicit --height/--width win; with an image a preset gives the area, not the size.
-    height, width, max_area = args.height, args.width, args.max_area
-    if height is None and width is None:
-        if image is not None:
-            max_area = max_area or (preset.max_area if preset and preset.max_area else None)
-        else:
-            height, width = s["height"], s["width"]
-    g2 = args.guidance_scale_2 if args.guidance_scale_2 is not None else (preset.guidance_scale_2 if preset else None)
-    if args.distributed:
-        init_distributed(args)
-    t0 = time.perf_counter()
-    pipe = WanImageToVideoPipeline.from_pretrained(args.checkpoint, dtype=s["dtype"], attention=args.attention,
-                                                   text_encoder_residency=args.text_encoder_residency,
-                                                   dp=args.dp, tp=args.tp, sp=args.sp,
-                                                   offload_chunk=args.offload_chunk,
-                                                   offload_overlap=not args.offload_serial, block_loop=args.block_loop)
-    if pipe.boundary_ratio is None:
-        g2 = None
-    result = pipe(
-        args.prompt, s["negative_prompt"], image=image, last_image=last, height=height, width=width,
-        max_area=max_area, num_frames=s["num_frames"], num_inference_steps=s["steps"],
-        guidance_scale=s["guidance_scale"], guidance_scale_2=g2, flow_shift=s["flow_shift"], sampler=args.sampler,
-        seed=args.seed, progress=not args.no_progress,
-    )
-    m = dict(result.metrics)
-    m["total_s"] = time.perf_counter() - t0
-    m.update(steps=s["steps"], out=str(out))
-    if not write_outputs(result.frames[0], m, out, args.metrics_json, s["fps"]):
-        return 0
-    print(
-        f"wrote {out}: {m['num_frames']} frames {m['width']}x{m['height']} | load {m['load_s']:.1f}s, "
-        f"text encoder {m['text_encoder_s']:.2f}s, image encoder {m['image_encoder_s']:.2f}s, VAE encode "
-        f"{m['vae_encode_s']:.2f}s, compile {m['compile_s']:.1f}s, {m['step_s']:.3f}s/step"
-        + (f" (expert switch at step {m['expert_switch_step']})" if m.get("expert_switch_step") is not None else "")
-        + f", VAE decode {m['vae_decode_s']:.2f}s, peak host memory {m['peak_host_rss_bytes'] / 2**30:.2f} GiB"
-    )
-    return 0
-
-
-def auto_split(args, s: dict) -> tuple[int, int, int, int | None]:
-    """``(dp, tp, sp, offload_chunk)`` for ``generate --auto-split``: the planner's recommendation for
-    this checkpoint, these settings and every device of the run (:mod:`vidax.models.wan.planner`).
+def auto_split(args, fam: registry.Family, folder: Path, call: dict, dtype: str) -> tuple[int, int, int, int | None]:
+    """``(dp, tp, sp, offload_chunk)`` for ``generate --auto-split``: the family planner's recommendation for this
+    checkpoint, these settings and every device of the run.
 
     Raises:
-      ValueError: mesh flags passed as well, or no split fits the budget (the message holds the report).
+      ValueError: mesh flags passed as well, settings the planner cannot size (an image's size), or no split fits
+        the budget (the message holds the report).
     """
     import jax
 
     from vidax.core.planner import device_memory_bytes, format_bytes, host_memory_bytes
-    from vidax.models.wan.layout import resolve_checkpoint
-    from vidax.models.wan.planner import plan_wan
 
     if (args.dp, args.tp, args.sp, args.offload_chunk) != (1, 1, 1, None):
         raise ValueError("--auto-split chooses --dp/--tp/--sp/--offload-chunk itself; pass either, not both")
-    cfg = resolve_checkpoint(args.checkpoint).transformer_config()
+    if call.get("height") is None or call.get("width") is None:
+        raise ValueError("--auto-split plans a known size: pass --height and --width with --image")
+    cfg = fam.plan.architecture(None, folder)
     n = jax.device_count()
     budget = _gib(args.memory_gb) if args.memory_gb is not None else device_memory_bytes()
     if budget is None:  # the CPU backend reports no limit: its devices share the host's memory
         budget = host_memory_bytes() // jax.local_device_count()
-    plan = plan_wan(cfg, height=s["height"], width=s["width"], num_frames=s["num_frames"], dtype=s["dtype"], devices=n,
-                    memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb), guided=s["guidance_scale"] > 1.0,
-                    attention=args.attention, overlap=not args.offload_serial, offload_if_needed=True)
+    plan = fam.plan.plan(cfg, height=call["height"], width=call["width"], num_frames=call["num_frames"], dtype=dtype,
+                         devices=n, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb or 0.0),
+                         guided=call["guidance_scale"] > 1.0, attention=args.attention,
+                         overlap=not args.offload_serial, offload_if_needed=True)
     if plan.recommended is None:
         raise ValueError("--auto-split: no split fits the memory budget\n" + plan.report())
     split = plan.recommended.split
-    if jax.process_index() == 0:
+    if jax.process_index() == 0 and not args.quiet:
         print(f"auto split: {split.label()} (planned peak {format_bytes(plan.recommended.peak_bytes)} of "
               f"{format_bytes(budget)} per device; {len(plan.estimates)} candidates in {plan.seconds:.1f}s)")
     return split.dp, split.tp, split.sp, split.offload
@@ -601,6 +481,9 @@ def auto_split(args, s: dict) -> tuple[int, int, int, int | None]:
 
 def _gib(x: float) -> int:
     return int(x * (1 << 30))
+
+
+# -- plan, inspect, convert, presets, demo -----------------------------------------------------------------------------
 
 
 def _prepare_devices(n: int) -> None:
@@ -614,33 +497,45 @@ def _prepare_devices(n: int) -> None:
 
 
 def plan(args) -> int:
-    """``vidax plan``: compile the preset's step for every split on abstract shapes and print per-device memory."""
-    preset = PRESETS[args.preset]
-    devices = args.devices if args.devices is not None else preset.tp * preset.sp
-    _prepare_devices(devices)
-    from vidax.core.planner import Split, device_memory_bytes
-    from vidax.models.wan.layout import resolve_checkpoint
-    from vidax.models.wan.planner import plan_wan, preset_architecture
+    """``vidax plan``: compile the preset's step for every split on abstract shapes and print per-device memory. By
+    default for this machine (its device count and memory); ``--devices`` / ``--memory-gb`` plan for another."""
+    fam, preset = registry.preset(args.preset)
+    if fam.plan is None:
+        raise ValueError(f"--preset {args.preset}: vidax has no memory planner for {fam.display} yet")
+    if args.devices is not None:
+        _prepare_devices(args.devices)
+    import jax
 
-    cfg = resolve_checkpoint(args.checkpoint).transformer_config() if args.checkpoint else preset_architecture(preset)
+    from vidax.core.planner import Split, device_memory_bytes, format_bytes, host_memory_bytes
+
+    devices = args.devices if args.devices is not None else jax.device_count()
+    folder = Path(args.checkpoint).expanduser() if args.checkpoint else None
+    cfg = fam.plan.architecture(preset, folder)
     chunks = None
     if args.chunks is not None:
         chunks = [] if args.chunks.strip().lower() == "none" else [int(c) for c in args.chunks.split(",") if c.strip()]
-    budget = _gib(args.memory_gb) if args.memory_gb is not None else device_memory_bytes()
-    note = ""
-    if budget is None:
-        budget, note = _gib(30.75), " (the device reports no limit: TPU v4's usable 30.75 GiB, the paper's budget)"
-    print(f"planning {preset.name} on {devices} devices, budget {budget / 2**30:.2f} GiB per device{note} ...", flush=True)
-    result = plan_wan(cfg, height=args.height or preset.height, width=args.width or preset.width,
-                      num_frames=args.num_frames or preset.num_frames, dtype=args.dtype or preset.dtype,
-                      devices=devices, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb),
-                      guided=preset.guidance_scale > 1.0, chunks=chunks, overlap=not args.serial, model=preset.model,
-                      log=lambda line: print(line, flush=True))
+    if args.memory_gb is not None:
+        budget, note = _gib(args.memory_gb), ""
+    else:
+        budget = device_memory_bytes()
+        note = f" (what this machine's {jax.devices()[0].platform} device reports)"
+        if budget is None:  # the CPU backend reports no limit: its devices share the host's memory
+            budget = host_memory_bytes() // jax.local_device_count()
+            note = f" (this host's memory over its {jax.local_device_count()} device(s); --memory-gb for another)"
+    settings = preset.settings()
+    print(f"planning {preset.name} on {devices} devices, budget {format_bytes(budget)} per device{note} ...", flush=True)
+    result = fam.plan.plan(cfg, height=args.height or settings["height"], width=args.width or settings["width"],
+                           num_frames=args.num_frames or settings["num_frames"], dtype=args.dtype or preset.dtype,
+                           devices=devices, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb),
+                           guided=settings["guidance_scale"] > 1.0, chunks=chunks, overlap=not args.serial,
+                           model=preset.model, log=lambda line: print(line, flush=True))
     print(result.report())
-    paper = Split(1, preset.tp, preset.sp, preset.offload_chunk)
+    paper = Split(1, preset.tp, preset.sp, getattr(preset, "offload_chunk", None))
     row = next((e for e in result.estimates if e.split == paper and e.error is None), None)
     if row is not None and devices == preset.tp * preset.sp:
         print(f"the paper's split for this row: {paper.label()}: peak {row.peak_bytes / 2**30:.2f} GiB per device")
+    elif devices != preset.tp * preset.sp:
+        print(f"(the paper ran this row on {preset.tp * preset.sp} devices: --devices {preset.tp * preset.sp} plans that)")
     if args.json:
         data = {"settings": result.settings, "budget_bytes": budget, "reserve_bytes": result.reserve_bytes,
                 "target": result.target, "seconds": result.seconds,
@@ -655,18 +550,10 @@ def plan(args) -> int:
 
 
 def inspect(args) -> int:
-    from vidax.models.cogvideox.layout import is_cogvideox_folder
-    from vidax.models.ltx.layout import is_ltx_folder
-
-    if is_cogvideox_folder(args.path):
-        from vidax.models.cogvideox.inspection import inspect_checkpoint
-    elif is_ltx_folder(args.path):
-        from vidax.models.ltx.layout import inspect_checkpoint
-    else:
-        from vidax.models.wan.inspection import inspect_checkpoint
+    """``vidax inspect``: the family's report; exit 1 if any component would not load."""
     from vidax.checkpoint.inspect import MISMATCH
 
-    lines = inspect_checkpoint(args.path)
+    lines = registry.inspect(args.path)
     print("\n".join(lines))
     if any(MISMATCH in line for line in lines):
         print(f"vidax: {args.path}: a component {MISMATCH} (details above); it will not load", file=sys.stderr)
@@ -675,24 +562,95 @@ def inspect(args) -> int:
 
 
 def convert(args) -> int:
-    from vidax.models.cogvideox.layout import is_cogvideox_folder
-    from vidax.models.ltx.layout import is_ltx_folder
-
-    if is_cogvideox_folder(args.src):
-        from vidax.models.cogvideox.convert import convert_checkpoint
-    elif is_ltx_folder(args.src):
-        from vidax.models.ltx.layout import convert_checkpoint
-    else:
-        from vidax.models.wan.convert import convert_checkpoint
-
+    src = Path(args.src).expanduser()
+    fam = registry.family_of(src)
     dst = Path(args.dst).expanduser()
-    if not dst.exists():  # (an existing one: convert_checkpoint's own error)
+    if not dst.exists():  # (an existing one: the converter's own error)
         _check_writable(dst, "destination")
-    s = convert_checkpoint(args.src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
-                           vae_dtype=args.vae_dtype)
+    s = fam.convert(src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype, vae_dtype=args.vae_dtype)
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
-    print(f"wrote {dst} from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}")
+    dtypes = ", ".join(f"{k} {v}" for k, v in s["dtypes"].items())
+    print(f"wrote {dst} ({fam.display}) from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}; "
+          f"dtypes: {dtypes}")
     return 0
+
+
+def presets(args) -> int:
+    """``vidax presets``: one row per preset, the same columns for every family (its own settings last)."""
+    rows = [("preset", "family", "model", "task", "size", "frames", "steps", "guidance", "dtype", "fps", "mesh",
+             "other settings")]
+    common = {"height", "width", "num_frames", "num_inference_steps", "guidance_scale", "negative_prompt"}
+    for name, (fam, p) in sorted(registry.presets().items(), key=lambda kv: (registry.families().index(kv[1][0]),
+                                                                             kv[0])):
+        s = p.settings()
+        mesh = f"tp{p.tp} sp{p.sp}" + (f" offload {p.offload_chunk}" if getattr(p, "offload_chunk", None) else "")
+        other = ", ".join(f"{k}={_short(v)}" for k, v in s.items() if k not in common and v is not None)
+        size = f"{s['width']}x{s['height']}" + (" (area of the image)" if s.get("max_area") else "")
+        rows.append((name, fam.name, p.model, p.task, size, str(s["num_frames"]), str(s["num_inference_steps"]),
+                     f"{s['guidance_scale']:g}", p.dtype, f"{p.fps:g}", mesh, other))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return 0
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def demo(args) -> int:
+    """``vidax demo [NAME[/TASK]]``: write the demo checkpoint if absent, generate a small video from it, print the
+    summary line."""
+    from vidax.core.images import load_image
+    from vidax.core.progress import Progress
+    from vidax.checkpoint.demo import demo_frames
+
+    if args.name is None:
+        raise ValueError("no demo is registered")
+    fam, spec, task = registry.find_demo(args.name)
+    enable_compile_cache(args)
+    folder = Path(args.checkpoint_dir).expanduser() / spec.folder(task)
+    out_dir = Path(args.out_dir).expanduser()
+    stem = f"{spec.name}-{task}"
+    args.out, args.metrics_json, args.mkdir = str(out_dir / f"{stem}.mp4"), str(out_dir / f"{stem}.json"), True
+    out = check_outputs(args)
+    say = (lambda text: None) if args.quiet else print
+    if (folder / "model_index.json").is_file():
+        say(f"{folder}: demo checkpoint present")
+    else:
+        if folder.exists():
+            raise ValueError(f"{folder} exists but holds no checkpoint (no model_index.json); remove it")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        spec.write(folder, task)
+        say(f"{folder}: wrote the {spec.name} demo checkpoint (tiny, RANDOM weights: the video is structured noise)")
+    if spec.note:
+        say(f"{spec.name}: {spec.note}")
+    settings = dict(spec.settings(task))
+    dtype = settings.pop("dtype", "float32")
+    image = last = None
+    if task in ("i2v", "flf2v"):
+        first_path, last_path = demo_frames(out_dir, stem)
+        image = load_image(first_path, "demo image")
+        last = load_image(last_path, "demo last image") if task == "flf2v" else None
+    registry.check_task(fam, folder, task)
+    if fam.check is not None:
+        fam.check(folder, task, {**fam.defaults, **settings})
+    progress = Progress(enabled=not (args.no_progress or args.quiet))
+    t0 = time.perf_counter()
+    pipe = fam.pipeline_class(task).from_pretrained(folder, dtype=dtype, progress=progress, compile_cache=False)
+    result = pipe("A majestic red panda climbing a bamboo tree in the snow, 4k", image=image, last_image=last,
+                  seed=args.seed, progress=progress, **settings)
+    m = dict(result.metrics, total_s=time.perf_counter() - t0, family=fam.name, task=task, preset=None, seed=args.seed,
+             dtype=dtype, steps=result.metrics["num_inference_steps"], out=str(out), demo=spec.name)
+    write_outputs(result.frames[0], m, out, args.metrics_json, result.fps)
+    if not args.quiet:
+        print(summary_line(m))
+    return 0
+
+
+# -- main ---------------------------------------------------------------------------------------------------------------
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -713,7 +671,8 @@ def main(argv: list[str] | None = None) -> int:
     (one ``vidax: error:`` line naming the fix), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 the output
     pipe closed."""
     args = _parser().parse_args(argv)
-    commands = {"generate": generate, "inspect": inspect, "plan": plan, "convert": convert}
+    commands = {"generate": generate, "inspect": inspect, "plan": plan, "convert": convert, "demo": demo,
+                "presets": presets}
     shown = warnings.showwarning
     warnings.showwarning = _show_warning
     handler = None

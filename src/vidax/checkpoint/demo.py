@@ -64,3 +64,40 @@ def random_params(specs: SpecTree, rng: np.random.Generator) -> dict:
 def random_state_dict(keymap, specs: SpecTree, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Random float32 weights in the checkpoint's layout (:func:`random_params` through ``keymap`` backwards)."""
     return to_state_dict(random_params(specs, rng), keymap, specs)
+
+
+def demo_frames(folder, stem: str) -> tuple:
+    """Two conditioning frames for the image-to-video demos, drawn with Pillow (a sun low over hills at dusk, then
+    risen at noon) and written as PNGs into ``folder`` (created): ``(first, last)`` paths.
+
+    Written to a temporary name and renamed, as every output; existing files are kept.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from PIL import Image, ImageDraw
+
+    from vidax.core.files import publish
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, sky, sun, y in (("first", (60, 50, 120), (250, 150, 60), 150), ("last", (110, 170, 235), (255, 240, 170), 50)):
+        path = folder / f"{stem}-{name}.png"
+        paths.append(path)
+        if path.is_file():
+            continue
+        img = Image.new("RGB", (256, 192), sky)
+        draw = ImageDraw.Draw(img)
+        draw.ellipse((100, y - 28, 156, y + 28), fill=sun)
+        draw.polygon([(0, 192), (0, 140), (70, 110), (140, 150), (200, 100), (256, 130), (256, 192)], fill=(40, 90, 50))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
+        os.close(fd)
+        try:
+            img.save(tmp, format="PNG")
+            publish(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return tuple(paths)

@@ -72,10 +72,18 @@ def best_keymap(reader: Any, candidates: dict[str, KeyMap]) -> tuple[str | None,
     return best, share
 
 
+def scientific(n: int, digits: int = 3) -> str:
+    """``n`` to ``digits`` significant digits as ``1.42e9`` (no ``+``, no leading zeros in the exponent)."""
+    if n == 0:
+        return "0"
+    mantissa, exponent = f"{n:.{digits - 1}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def format_summary(s: TensorSummary, *, max_groups: int = 40) -> list[str]:
     """Human-readable lines for a :class:`TensorSummary`."""
     lines = [
-        f"tensors: {s.tensors}, parameters: {s.parameters / 1e9:.3f} B ({s.parameters:,}), "
+        f"tensors: {s.tensors}, {scientific(s.parameters)} parameters ({s.parameters:,}), "
         f"bytes: {s.bytes / 2**30:.3f} GiB",
         "dtypes: " + ", ".join(f"{d} x{n}" for d, n in s.dtypes.most_common()),
     ]
@@ -110,3 +118,37 @@ def component_lines(name: str, reader: Any, keymap: KeyMap, specs, source: str) 
 
 #: The report line of a component that the loader would refuse (``vidax inspect`` then exits non-zero).
 MISMATCH = "does not match its configuration"
+
+
+def checked(name: str, make) -> list[str]:
+    """Report lines of one component (``make()``), or, when reading it fails (a bad config value, a tokenizer or
+    scheduler configuration the pipeline refuses, an unreadable file), one :data:`MISMATCH` line with the reason:
+    ``vidax inspect`` then exits 1, as loading would fail."""
+    try:
+        return make()
+    except (ValueError, OSError, KeyError, TypeError, RecursionError) as e:
+        return [f"{name}: {MISMATCH}: {e}"]
+
+
+def tokenizer_lines(folder) -> list[str]:
+    """The tokenizer's report line (it is loaded: a corrupt ``tokenizer.json`` is reported)."""
+    from vidax.encoders.tokenizer import Tokenizer
+
+    return checked("tokenizer", lambda: [f"tokenizer: {folder} ({Tokenizer.from_folder(folder).vocab_size} tokens)"])
+
+
+def scheduler_lines(config: dict | None, source, default: str = "") -> list[str]:
+    """The scheduler's report line (its configuration is built as the pipelines build it)."""
+    from vidax.schedulers import scheduler_from_config
+
+    if config is None:
+        return [f"scheduler: {default}"]
+
+    def make():
+        try:
+            sched = scheduler_from_config(config)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+        return [f"scheduler: {source} ({type(sched).__name__})"]
+
+    return checked("scheduler", make)

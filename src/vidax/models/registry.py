@@ -128,6 +128,8 @@ class Family:
       convert: ``(src, dst, *, dtype, text_encoder_dtype, vae_dtype) -> summary`` (``vidax convert``).
       claims_folder: folder -> whether an original-release folder (no ``model_index.json``) is this family's; None:
         it publishes none.
+      inspect_component: a single component file or folder -> ``(share of its keys the family's best key map
+        fills, report lines)``, for ``vidax inspect`` of a lone component; None: not offered.
       check: ``(folder, task, call) -> None``: the weightless checks of a call (sizes, frame counts, position
         limits, conditioning against the folder), raising ``ValueError`` before anything is loaded; None: none.
       resolve: ``(folder, task, preset, given, call) -> call``: the family's rules for merging a preset and the
@@ -153,6 +155,7 @@ class Family:
     settings: tuple[Setting, ...] = ()
     demos: tuple[Demo, ...] = ()
     claims_folder: Callable[[Path], bool] | None = None
+    inspect_component: Callable[[Path], tuple[float, list[str]]] | None = None
     check: Callable[[Path, str, dict], None] | None = None
     resolve: Callable[[Path, str, Any, dict, dict], dict] | None = None
     plan: Any = None
@@ -283,6 +286,35 @@ def family_of(folder: str | os.PathLike) -> Family:
     raise CheckpointError(f"{folder}: not a checkpoint folder vidax recognises: expected a diffusers pipeline folder "
                           f"(model_index.json; e.g. {examples}), a folder written by `vidax convert` (vidax_index.json), "
                           "or an original release folder (e.g. Wan-AI/Wan2.1-T2V-1.3B)")
+
+
+def inspect(path: str | os.PathLike) -> list[str]:
+    """``vidax inspect``: the report of the family that claims ``path``, or for a lone component file or folder the
+    report of the family whose key maps fit it best. Reads headers and configuration files only.
+
+    Raises:
+      CheckpointError: the path does not exist, or is a folder no family claims and holds no weights.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{path}: not found")
+    refusal = None
+    if path.is_dir():
+        try:
+            return family_of(path).inspect(path)
+        except CheckpointError as e:
+            if not any(any(path.glob(f"*.{ext}")) for ext in ("safetensors", "bin", "pth", "pt")):
+                raise
+            refusal = e
+    best: tuple[float, list[str]] | None = None
+    for fam in families():
+        if fam.inspect_component is not None:
+            share, lines = fam.inspect_component(path)
+            if best is None or share > best[0]:
+                best = (share, lines)
+    if best is None:
+        raise refusal or CheckpointError(f"{path}: no family inspects single components")
+    return best[1]
 
 
 def presets() -> dict[str, tuple[Family, Preset]]:

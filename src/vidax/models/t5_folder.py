@@ -234,18 +234,29 @@ def inspect_lines(ckpt: T5Checkpoint, summary: str) -> list[str]:
       report lines: the pipeline class and layout, the transformer summary, and per component its tensors, the
       keys our maps do not know and whether the maps fill the model exactly.
     """
-    from vidax.checkpoint.inspect import component_lines
+    from vidax.checkpoint.inspect import checked, component_lines, scheduler_lines, tokenizer_lines
 
     f = ckpt.family
-    tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
     lines = [f"{ckpt.folder}: {f.display} {ckpt.pipeline_class}, {ckpt.layout} layout", f"  transformer: {summary}"]
-    lines += component_lines("transformer", ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg),
-                             f.transformer_specs(tcfg), str(ckpt.part("transformer")))
-    lines += component_lines("vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg), str(ckpt.part("vae")))
-    ereader = ckpt.reader("text_encoder")
-    lines += component_lines("text_encoder", ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
-                             str(ckpt.part("text_encoder")))
-    lines.append(f"tokenizer: {ckpt.part('tokenizer')}")
+
+    def transformer():
+        tcfg = ckpt.transformer_config()
+        return component_lines("transformer", ckpt.reader("transformer"), ckpt.transformer_keymap(tcfg),
+                               f.transformer_specs(tcfg), str(ckpt.part("transformer")))
+
+    def vae():
+        vcfg = ckpt.vae_config()
+        return component_lines("vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg), str(ckpt.part("vae")))
+
+    def text_encoder():
+        ecfg = ckpt.text_encoder_config()
+        ereader = ckpt.reader("text_encoder")
+        return component_lines("text_encoder", ereader, ckpt.text_encoder_keymap(ecfg, ereader.keys()), t5_specs(ecfg),
+                               str(ckpt.part("text_encoder")))
+
+    lines += checked("transformer", transformer) + checked("vae", vae) + checked("text_encoder", text_encoder)
+    lines += tokenizer_lines(ckpt.part("tokenizer"))
+    lines += scheduler_lines(ckpt.scheduler_config(), ckpt.part("scheduler") / "scheduler_config.json")
     return lines
 
 

@@ -18,7 +18,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
       CheckpointError: see :func:`vidax.models.cogvideox.layout.resolve_checkpoint`.
     """
     ckpt = resolve_checkpoint(path)
-    tcfg = ckpt.transformer_config()
+    try:
+        tcfg = ckpt.transformer_config()
+    except ValueError as e:  # the transformer's lines say so (inspect exits 1)
+        return t5_folder.inspect_lines(ckpt, f"unreadable configuration ({e})")
     positions = "3D RoPE" if tcfg.use_rotary_positional_embeddings else "3D sin-cos positions"
     summary = (f"{tcfg.num_layers} blocks, {tcfg.num_attention_heads} heads x {tcfg.attention_head_dim}, {positions}"
                + (f", temporal patch {tcfg.patch_size_t}" if tcfg.patch_size_t else ""))

@@ -36,22 +36,22 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.core.attention import AttentionImpl
+from vidax.core.attention import AttentionImpl, ran_label, recording
+from vidax.core.compile_cache import enable_for_api
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import (check_dtype, check_finite_video, check_guidance, check_seed, integer_problems,
                                is_integer, prompt_batch)
 from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated, to_mesh
+from vidax.core.progress import Progress, as_progress
 from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import optional_mesh
 from vidax.encoders.t5 import encode as t5_encode
@@ -64,7 +64,7 @@ from vidax.models.cogvideox.layout import resolve_checkpoint
 from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
 from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
 from vidax.schedulers import CogVideoXDPMScheduler, guidance_scale_at, scheduler_from_config
-from vidax.video import peak_memory_metrics
+from vidax.video import VideoOutput, finish_metrics
 
 #: T5 tokens per prompt (the pipeline's ``max_sequence_length`` and the transformers' ``max_text_seq_length``).
 MAX_SEQUENCE_LENGTH = 226
@@ -125,21 +125,9 @@ def check_inputs(cfg: CogVideoXTransformerConfig, vae_cfg: CogVideoXVAEConfig, h
         raise ValueError("; ".join(problems))
 
 
-@dataclass
-class CogVideoXOutput:
-    """Result of a pipeline call.
-
-    Attributes:
-      frames: uint8 ``(B, F, H, W, 3)`` RGB (float32 in ``[0, 1]`` with ``output_type="float"``).
-      latents: float32 final latents ``(B, F', C, H/8, W/8)`` (padding frames removed).
-      fps: frames per second to write the video at (8 for CogVideoX, 16 for 1.5).
-      metrics: timings in seconds and peak memory in bytes.
-    """
-
-    frames: np.ndarray
-    latents: np.ndarray
-    fps: int
-    metrics: dict[str, Any] = field(default_factory=dict)
+#: The CogVideoX pipelines' result: :class:`vidax.video.VideoOutput` (frames ``(B, F, H, W, 3)``, ``fps`` 8, or 16
+#: for CogVideoX1.5, metrics, latents ``(B, F', C, H/8, W/8)``); the old name kept.
+CogVideoXOutput = VideoOutput
 
 
 class CogVideoXPipeline:
@@ -184,6 +172,7 @@ class CogVideoXPipeline:
         self.rules = rules
         self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
+        self._attention_ran: str | None = None
 
     @property
     def text_params(self) -> dict:
@@ -200,7 +189,8 @@ class CogVideoXPipeline:
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto",
                         block_loop: str = "auto", offload_chunk: int | None = None,
-                        offload_overlap: bool = True) -> CogVideoXPipeline:
+                        offload_overlap: bool = True, progress: bool | Progress = True,
+                        compile_cache: bool | str | os.PathLike = True) -> CogVideoXPipeline:
         """Load a diffusers-layout CogVideoX text-to-video folder.
 
         Args:
@@ -233,6 +223,9 @@ class CogVideoXPipeline:
             None: the blocks stay in device memory. Same values as resident.
           offload_overlap: with offloading, copy the next chunk while the current one computes (at most
             two chunks in device memory); False: copy, wait, compute, wait (one chunk).
+          progress: show the loading stage (:class:`vidax.core.progress.Progress`; False: nothing).
+          compile_cache: JAX's persistent compilation cache (:func:`vidax.core.compile_cache.enable_for_api`): True,
+            its default directory (unless ``VIDAX_COMPILE_CACHE=off``); a path; False: off.
 
         Raises:
           CheckpointError: a missing part (named), a text encoder whose width is not the
@@ -246,6 +239,7 @@ class CogVideoXPipeline:
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
         t0 = time.perf_counter()
+        enable_for_api(compile_cache)
         trim_after_compiles()  # return each large compilation's freed host heap to the OS (core.host_memory)
         ckpt = resolve_checkpoint(folder)
         tcfg, vcfg, ecfg = ckpt.transformer_config(), ckpt.vae_config(), ckpt.text_encoder_config()
@@ -267,14 +261,18 @@ class CogVideoXPipeline:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
         specs = transformer_specs(tcfg)
-        tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
-        tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
-        # The encoder side is loaded on demand: at the first image (image-to-video); text-to-video never reads it.
-        vparams = ckpt.load_vae(vcfg, vae_dtype, cvae.DECODER_PARTS)
-        keep_text = keep_resident(text_encoder_residency)
-
-        eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
-        tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
+        with as_progress(progress).stage("loading", total=3, unit="part") as stage:
+            tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
+            tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
+            stage.update()
+            # The encoder side is loaded on demand: at the first image (image-to-video); text-to-video never reads it.
+            vparams = ckpt.load_vae(vcfg, vae_dtype, cvae.DECODER_PARTS)
+            stage.update()
+            keep_text = keep_resident(text_encoder_residency)
+            eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
+            tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
+            jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
+            stage.update()
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
                    attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
@@ -311,10 +309,11 @@ class CogVideoXPipeline:
             config["_class_name"] = SAMPLERS[sampler]
         return scheduler_from_config(config)
 
-    def decode_latents(self, latents: jax.Array, tiling: cvae.VAETiling | None = None) -> np.ndarray:
-        """``(B, F', C, h, w)`` diffusion latents -> float32 video ``(B, F, H, W, 3)`` in ``[0, 1]``."""
+    def decode_latents(self, latents: jax.Array, tiling: cvae.VAETiling | None = None, on_chunk=None) -> np.ndarray:
+        """``(B, F', C, h, w)`` diffusion latents -> float32 video ``(B, F, H, W, 3)`` in ``[0, 1]`` (``on_chunk``:
+        called after each decoded chunk, for progress)."""
         z = cvae.unscale_latents(self.vae_cfg, jnp.swapaxes(jnp.asarray(latents, jnp.float32), 1, 2))
-        video = np.asarray(cvae.decode(self.vae_params, self.vae_cfg, z, tiling=tiling), np.float32)
+        video = np.asarray(cvae.decode(self.vae_params, self.vae_cfg, z, tiling=tiling, on_chunk=on_chunk), np.float32)
         check_finite_video(video)
         return np.clip(video.transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0.0, 1.0)
 
@@ -337,8 +336,8 @@ class CogVideoXPipeline:
         step_noise: Callable[[int], np.ndarray] | None = None,
         vae_tiling: cvae.VAETiling | bool | None = None,
         output_type: str = "uint8",
-        progress: bool = True,
-    ) -> CogVideoXOutput:
+        progress: bool | Progress = True,
+    ) -> VideoOutput:
         """Generate videos.
 
         Args:
@@ -418,23 +417,26 @@ class CogVideoXPipeline:
         if step_noise is not None and not stochastic:
             raise ValueError("step_noise is for the DPM sampler; this run uses DDIM")
         tiling = cvae.VAETiling() if vae_tiling is True else (vae_tiling or None)
+        progress = as_progress(progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()
-        text = self.encode_prompt(negatives + prompts if guided else prompts)  # [uncond, cond], as the reference
-        dtype = self.compute_dtype
-        context = text.astype(dtype)
-        jax.block_until_ready(context)
+        with progress.stage("text encoder"):
+            text = self.encode_prompt(negatives + prompts if guided else prompts)  # [uncond, cond], as the reference
+            dtype = self.compute_dtype
+            context = text.astype(dtype)
+            jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
         state = scheduler.set_timesteps(num_inference_steps)
         latent_key, noise_key, image_key = jax.random.split(jax.random.key(seed), 3)
         cond = None
-        if condition is not None:
+        if condition is not None:  # the image through the VAE encoder
             t0 = time.perf_counter()
-            cond = condition(shape, image_key)
-            jax.block_until_ready(cond)
-            metrics["image_encoder_s"] = time.perf_counter() - t0
+            with progress.stage("VAE encode"):
+                cond = condition(shape, image_key)
+                jax.block_until_ready(cond)
+            metrics["vae_encode_s"] = time.perf_counter() - t0
         if latents is None:
             x = jax.random.normal(latent_key, shape, jnp.float32) * scheduler.init_noise_sigma
         else:
@@ -452,28 +454,34 @@ class CogVideoXPipeline:
             t0 = time.perf_counter()
             t_abstract, g_first = to_mesh((jnp.zeros((b,), jnp.float32), jnp.float32(guidance_scale)), self.mesh,
                                           self.rules)
-            compiled = self.compile_step(self.transformer_params, x, t_abstract, context, positions, g_first, cond, ofs,
-                                         guided=guided)
+            with progress.stage("compiling"), recording() as ran:
+                compiled = self.compile_step(self.transformer_params, x, t_abstract, context, positions, g_first, cond,
+                                             ofs, guided=guided)
+            if ran or self._attention_ran is None:
+                self._attention_ran = ran_label(ran, self.attention)
+            metrics["attention"] = self._attention_ran
             metrics["compile_s"] = time.perf_counter() - t0
             metrics.update(self._block_metrics())
 
             step_times = []
             n = state.num_inference_steps
-            for i in tqdm(range(n), desc="denoising", disable=not progress):
-                ts = time.perf_counter()
-                t = state.timesteps[i]
-                g = to_mesh(jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg)), self.mesh,
-                            self.rules)
-                tb = to_mesh(jnp.full((b,), t, jnp.float32), self.mesh, self.rules)
-                pred = compiled(self.transformer_params, x, tb, context, positions, g, cond, ofs)
-                if stochastic:
-                    noise = None if step_noise is None else jnp.asarray(step_noise(i), jnp.float32)
-                    key = None if step_noise is not None else jax.random.fold_in(noise_key, i)
-                    x, state = scheduler.step(state, pred, x, i, noise=noise, key=key)
-                else:
-                    x, state = scheduler.step(state, pred, x, i)
-                jax.block_until_ready(x)
-                step_times.append(time.perf_counter() - ts)
+            with progress.stage("denoising", total=n, unit="step") as stage:
+                for i in range(n):
+                    ts = time.perf_counter()
+                    t = state.timesteps[i]
+                    g = to_mesh(jnp.float32(guidance_scale_at(guidance_scale, t, n, use_dynamic_cfg)), self.mesh,
+                                self.rules)
+                    tb = to_mesh(jnp.full((b,), t, jnp.float32), self.mesh, self.rules)
+                    pred = compiled(self.transformer_params, x, tb, context, positions, g, cond, ofs)
+                    if stochastic:
+                        noise = None if step_noise is None else jnp.asarray(step_noise(i), jnp.float32)
+                        key = None if step_noise is not None else jax.random.fold_in(noise_key, i)
+                        x, state = scheduler.step(state, pred, x, i, noise=noise, key=key)
+                    else:
+                        x, state = scheduler.step(state, pred, x, i)
+                    jax.block_until_ready(x)
+                    step_times.append(time.perf_counter() - ts)
+                    stage.update()
         metrics["step_s"] = float(np.median(step_times)) if step_times else 0.0
         metrics["sampling_s"] = float(np.sum(step_times))
 
@@ -481,12 +489,14 @@ class CogVideoXPipeline:
         if self.mesh is not None:
             x = jax.device_put(x, aux_device)  # the VAE runs on one device
         x = x[:, pad:]  # CogVideoX1.5: the padding frames are dropped from the front, as the reference does
-        frames = self.decode_latents(x, tiling)
+        with progress.stage("VAE decode", unit="chunk") as stage:
+            frames = self.decode_latents(x, tiling, on_chunk=stage.update)
         metrics["vae_decode_s"] = time.perf_counter() - t0
         if output_type == "uint8":
             frames = np.round(frames * 255.0).astype(np.uint8)
-        metrics.update(peak_memory_metrics())
-        return CogVideoXOutput(frames=frames, latents=np.asarray(x), fps=self.fps, metrics=metrics)
+        finish_metrics(metrics, height=height, width=width, num_frames=num_frames,
+                       num_inference_steps=state.num_inference_steps, fps=self.fps)
+        return VideoOutput(frames=frames, fps=self.fps, metrics=metrics, latents=np.asarray(x))
 
     @property
     def block_loop(self) -> str:
@@ -637,8 +647,8 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         image_noise: np.ndarray | None = None,
         vae_tiling: cvae.VAETiling | bool | None = None,
         output_type: str = "uint8",
-        progress: bool = True,
-    ) -> CogVideoXOutput:
+        progress: bool | Progress = True,
+    ) -> VideoOutput:
         """Generate videos that start from ``image``.
 
         Args:

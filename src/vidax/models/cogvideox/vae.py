@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -491,11 +492,14 @@ def encode(params: dict, cfg: CogVideoXVAEConfig, video: jax.Array) -> tuple[jax
     return h[:, :z], jnp.clip(h[:, z:], -30.0, 20.0)
 
 
-def _decode_untiled(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array) -> jax.Array:
+def _decode_untiled(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, on_chunk=None) -> jax.Array:
     cache, outs = None, []
     for start, stop in frame_chunks(z.shape[2], DECODE_LATENT_FRAMES):
         y, cache = decode_chunk(params, cfg, z[:, :, start:stop], cache)
         outs.append(y)
+        if on_chunk is not None:
+            jax.block_until_ready(y)
+            on_chunk()
     return jnp.concatenate(outs, axis=2)
 
 
@@ -529,7 +533,8 @@ class VAETiling:
         }
 
 
-def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETiling = VAETiling()) -> jax.Array:
+def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETiling = VAETiling(),
+                 on_chunk: Callable[[], None] | None = None) -> jax.Array:
     """Decode in overlapping spatial tiles (``AutoencoderKLCogVideoX.tiled_decode``), exactly as the reference.
 
     Tiles of ``latent_height x latent_width`` latents start every ``stride`` latents (the last
@@ -543,6 +548,7 @@ def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VA
     Args:
       z: latents ``(B, latent_channels, T, h, w)``, already divided by the scaling factor.
       tiling: tile sizes and overlaps.
+      on_chunk: called after each decoded chunk of each tile (progress).
 
     Returns:
       float32 ``(B, out_channels, T_out, H, W)``.
@@ -552,7 +558,7 @@ def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VA
     z = jnp.asarray(z)
     h, w = z.shape[3:]
     rows = [
-        [_decode_untiled(params, cfg, z[:, :, :, i : i + q["latent_height"], j : j + q["latent_width"]])
+        [_decode_untiled(params, cfg, z[:, :, :, i : i + q["latent_height"], j : j + q["latent_width"]], on_chunk)
          for j in range(0, w, q["stride_width"])]
         for i in range(0, h, q["stride_height"])
     ]
@@ -570,7 +576,8 @@ def tiled_decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VA
     return jnp.concatenate(out_rows, axis=3)
 
 
-def decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETiling | None = None) -> jax.Array:
+def decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETiling | None = None,
+           on_chunk: Callable[[], None] | None = None) -> jax.Array:
     """Decode latents to video (``AutoencoderKLCogVideoX.decode(z).sample``).
 
     Latent frames go through :func:`decode_chunk` in the reference's batches (:func:`frame_chunks`
@@ -584,6 +591,7 @@ def decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETilin
       z: latents ``(B, latent_channels, T, h, w)``, already divided by the scaling factor
         (:func:`unscale_latents`).
       tiling: ``None`` (no tiling) or the tile settings.
+      on_chunk: called after each decoded chunk (of each tile; progress).
 
     Returns:
       float32 video ``(B, out_channels, T_out, 8h, 8w)``, not clamped (:func:`decoded_frames`:
@@ -596,8 +604,8 @@ def decode(params: dict, cfg: CogVideoXVAEConfig, z: jax.Array, tiling: VAETilin
     if tiling is not None:
         q = tiling.resolve(cfg)
         if z.shape[4] > q["latent_width"] or z.shape[3] > q["latent_height"]:
-            return tiled_decode(params, cfg, z, tiling)
-    return _decode_untiled(params, cfg, jnp.asarray(z))
+            return tiled_decode(params, cfg, z, tiling, on_chunk)
+    return _decode_untiled(params, cfg, jnp.asarray(z), on_chunk)
 
 
 def scale_latents(cfg: CogVideoXVAEConfig, mean: jax.Array) -> jax.Array:

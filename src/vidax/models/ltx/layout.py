@@ -52,7 +52,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
       CheckpointError: see :func:`resolve_checkpoint`.
     """
     ckpt = resolve_checkpoint(path)
-    tcfg, vcfg = ckpt.transformer_config(), ckpt.vae_config()
+    try:
+        tcfg, vcfg = ckpt.transformer_config(), ckpt.vae_config()
+    except ValueError as e:  # each component's lines say which (inspect exits 1)
+        return t5_folder.inspect_lines(ckpt, f"unreadable configuration ({e})")
     summary = (f"{tcfg.num_layers} blocks, {tcfg.num_attention_heads} heads x {tcfg.attention_head_dim}, 3D RoPE; VAE "
                f"{vcfg.spatial_compression}x{vcfg.spatial_compression}x{vcfg.temporal_compression} compression, "
                f"{vcfg.latent_channels} latent channels"

@@ -98,6 +98,12 @@ def _inspect(path: Path) -> list[str]:
     return inspect_checkpoint(path)
 
 
+def _inspect_component(path: Path) -> tuple[float, list[str]]:
+    from vidax.models.wan.inspection import inspect_component
+
+    return inspect_component(path)
+
+
 def _convert(src: Path, dst: Path, **dtypes) -> dict:
     from vidax.models.wan.convert import convert_checkpoint
 
@@ -178,6 +184,7 @@ FAMILY = Family(
     demos=DEMOS,
     folder_tasks=_tasks,
     inspect=_inspect,
+    inspect_component=_inspect_component,
     convert=_convert,
     claims_folder=_claims,
     check=_check,

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.inspect import best_keymap, component_lines, format_summary, summarize, unknown_keys
+from vidax.checkpoint.inspect import (MISMATCH, best_keymap, checked, component_lines, format_summary, scheduler_lines,
+                                     summarize, tokenizer_lines, unknown_keys)
 from vidax.checkpoint.reader import CheckpointReader
 from vidax.encoders.clip import (
     WAN_CLIP_VIEWS,
@@ -94,24 +95,62 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
             if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")) and not any(path.glob("*.pth")):
                 raise  # not a component folder either: the layout error says what was expected
     if ckpt is not None:
-        maps = ckpt.maps
+        return _folder_lines(path, ckpt)
+    return inspect_component(path)[1]
+
+
+def _folder_lines(path: Path, ckpt) -> list[str]:
+    """A resolved folder's report: each component checked on its own (a failing one is a mismatch line)."""
+    maps = ckpt.maps
+    try:
         tcfg = ckpt.transformer_config()
-        lines = [f"{path}: {ckpt.describe(tcfg)}, {ckpt.layout} layout"]
-        lines.append(f"  transformer: {tcfg.num_layers} blocks, dim {tcfg.dim} ({tcfg.num_attention_heads} heads x "
-                     f"{tcfg.attention_head_dim}), ffn {tcfg.ffn_dim}")
-        lines += component_lines("transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg),
-                                  transformer_specs(tcfg), str(ckpt.transformer_weights))
+    except (ValueError, OSError) as e:
+        return [f"{path}: Wan, {ckpt.layout} layout", f"transformer: {MISMATCH}: {e}"]
+    lines = [f"{path}: {ckpt.describe(tcfg)}, {ckpt.layout} layout",
+             f"  transformer: {tcfg.num_layers} blocks, dim {tcfg.dim} ({tcfg.num_attention_heads} heads x "
+             f"{tcfg.attention_head_dim}), ffn {tcfg.ffn_dim}"]
+    lines += checked("transformer", lambda: component_lines(
+        "transformer", ckpt.transformer_reader(), maps.transformer_keymap(tcfg), transformer_specs(tcfg),
+        str(ckpt.transformer_weights)))
+    if ckpt.transformer_2_weights is not None:
+        lines += checked("transformer_2", lambda: component_lines(
+            "transformer_2", ckpt.transformer_2_reader(), maps.transformer_keymap(ckpt.transformer_2_config()),
+            transformer_specs(ckpt.transformer_2_config()), str(ckpt.transformer_2_weights)))
+
+    def vae():
         vreader = ckpt.vae_reader()
         vcfg = ckpt.vae_config(vreader)
-        lines += component_lines("vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), str(ckpt.vae_weights))
+        return component_lines("vae", vreader, maps.vae_keymap(vcfg), wan_vae.vae_specs(vcfg), str(ckpt.vae_weights))
+
+    def text_encoder():
         ereader = ckpt.text_encoder_reader()
         ecfg = ckpt.text_encoder_config(ereader)
-        lines += component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
-                                  str(ckpt.text_encoder_weights))
-        if ckpt.image_encoder is not None:
-            lines += _image_encoder_lines(ckpt)
-        lines.append(f"tokenizer: {ckpt.tokenizer}")
-        return lines
+        out = component_lines("text_encoder", ereader, maps.text_encoder_keymap(ecfg), t5_specs(ecfg),
+                              str(ckpt.text_encoder_weights))
+        if ecfg.d_model != tcfg.text_dim:
+            out.append(f"  {MISMATCH}: it is {ecfg.d_model} wide but the transformer expects text_dim={tcfg.text_dim}")
+        return out
+
+    lines += checked("vae", vae)
+    lines += checked("text_encoder", text_encoder)
+    if ckpt.image_encoder is not None:
+        lines += checked("image_encoder", lambda: _image_encoder_lines(ckpt))
+    lines += tokenizer_lines(ckpt.tokenizer)
+    lines += scheduler_lines(ckpt.scheduler_config(), ckpt.scheduler_config_path,
+                             "none in the original layout: the Wan repository's UniPC settings")
+    return lines
+
+
+def inspect_component(path: str | os.PathLike) -> tuple[float, list[str]]:
+    """Describe a single component file or folder by the Wan key map that fits it best.
+
+    Returns:
+      ``(share of its keys that map fills, report lines)``.
+
+    Raises:
+      CheckpointError: the file cannot be read.
+    """
+    path = Path(path)
     reader = CheckpointReader(path)
     if any(k.startswith("visual.transformer.") for k in reader.keys()):  # the original Wan CLIP file
         reader = WAN_CLIP_VIEWS.reader(reader)
@@ -119,10 +158,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
     name, share = best_keymap(reader, candidates)
     if name is None or share < 0.5:
         lines = [f"{path}: no known model component (best match {name or 'none'}: {share:.0%} of keys)"]
-        return lines + format_summary(summarize(reader))
+        return share, lines + format_summary(summarize(reader))
     lines = [f"{path}: {name} ({share:.0%} of keys mapped)"]
     lines += format_summary(summarize(reader))
     unknown = unknown_keys(reader, candidates[name])
     lines.append(f"keys our map does not know: {len(unknown)}")
     lines += [f"  {k}" for k in unknown[:40]]
-    return lines
+    return share, lines
