@@ -29,7 +29,7 @@ def _generate(ckpt, out, *extra):
 
 def test_generate_writes_playable_mp4_and_metrics(ckpt, tmp_path):
     out = tmp_path / "v" / "cat.mp4"
-    assert _generate(ckpt, out, "--metrics-json", str(tmp_path / "m.json"), "--sampler", "euler") == 0
+    assert _generate(ckpt, out, "--metrics-json", str(tmp_path / "m.json"), "--sampler", "euler", "--mkdir") == 0
     frames, fps = read_video(out)
     assert frames.shape == (5, 32, 48, 3)
     assert fps == 16

@@ -95,13 +95,13 @@ def test_first_and_last_frame(ckpt, tmp_path, monkeypatch):
     from PIL import Image
 
     seen = {}
-    call = LTXPipeline.__call__
+    conditions = LTXPipeline._conditions
 
-    def record(self, prompt, negative_prompt=None, **kw):
-        seen.update(kw)
-        return call(self, prompt, negative_prompt, **kw)
+    def record(self, image, conds):
+        seen["conditions"] = conds
+        return conditions(self, image, conds)
 
-    monkeypatch.setattr(LTXPipeline, "__call__", record)
+    monkeypatch.setattr(LTXPipeline, "_conditions", record)
     for name, value in (("first.png", 40), ("last.png", 200)):
         Image.fromarray(np.full((50, 70, 3), value, np.uint8)).save(tmp_path / name)
     assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "a fox", "--steps", "2", *SIZE, "--image",
@@ -113,7 +113,7 @@ def test_first_and_last_frame(ckpt, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--preset", "wan2.1-t2v-1.3b-480p"], "is not a LTX-Video preset"),
+    (["--preset", "wan2.1-t2v-1.3b-480p"], "is not an LTX-Video preset"),
     (["--flow-shift", "3"], "--flow-shift: not used by LTX-Video"),
     (["--auto-split", "--memory-gb", "4"], "--auto-split --memory-gb: not used by LTX-Video"),
     (["--image", "IMG", "--last-image", "IMG", "--num-frames", "1"], "--last-image needs a video of more than one frame"),
