@@ -33,12 +33,12 @@ _PLANNER_FLAGS = (("--auto-split", "auto_split"), ("--memory-gb", "memory_gb"), 
 
 
 def _an(word: str) -> str:
-    """``word`` with its indefinite article, as spoken (an LTX-Video, a CogVideoX)."""
+    """``word`` with its indefinite article, as spoken (an MP4, a video)."""
     return f"an {word}" if word[:1].upper() in "AEIOUFHLMNRSX" else f"a {word}"
 
 
 def _by_family(values: dict[str, Any], unit: str = "") -> str:
-    """``"Wan 480, CogVideoX 480, LTX-Video 512"`` from ``{display: value}``."""
+    """``"A 480, B 512"`` from ``{"A": 480, "B": 512}`` (the families' display names and their values)."""
     return ", ".join(f"{name} {value}{unit}" for name, value in values.items())
 
 
@@ -153,8 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint", required=True, help=f"a checkpoint folder ({names}; diffusers layout, vidax-"
                    "converted, or an original release)")
     g.add_argument("--prompt", required=True)
+    own = ", ".join(f.display for f in fams if f.defaults.get("negative_prompt"))
     g.add_argument("--negative-prompt", default=None,
-                   help="default: the preset's, else the family's (Wan: its reference negative prompt; others: none)")
+                   help="default: the preset's, else the family's reference negative prompt"
+                        + (f" ({own}; the others: none)" if own else " (none)"))
     g.add_argument("--image", default=None, help="the first frame (image-to-video); the task follows the inputs")
     g.add_argument("--last-image", default=None, help="the last frame too (first-last-frame-to-video)")
     g.add_argument("--preset", choices=sorted(registry.presets()), default=None, metavar="PRESET",

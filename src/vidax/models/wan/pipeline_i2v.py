@@ -575,15 +575,15 @@ class WanImageToVideoPipeline(WanPipeline):
                 jax.block_until_ready(image_context)
         metrics["image_encoder_s"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
         condition = mask = None
         if mode != "t2v":
+            t0 = time.perf_counter()
             frames_in = 1 if mode == "expand" else num_frames
             with progress.stage("VAE encode", total=(frames_in - 1) // TEMPORAL + 1, unit="chunk") as stage:
                 condition, mask = self.prepare_condition(image, last_image, b, height, width, num_frames,
                                                          on_chunk=stage.update)
                 jax.block_until_ready(condition)
-        metrics["vae_encode_s"] = time.perf_counter() - t0
+            metrics["vae_encode_s"] = time.perf_counter() - t0
 
         scheduler = self.make_scheduler(sampler, flow_shift)
         state = scheduler.set_timesteps(num_inference_steps)
