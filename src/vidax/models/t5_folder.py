@@ -158,6 +158,36 @@ class T5Checkpoint:
         return load_params(reader, self.text_encoder_keymap(cfg, reader.keys()), t5_specs(cfg), np.dtype(dtype),
                            source=str(self.part("text_encoder")))
 
+    def load_components(self, tcfg, vcfg, ecfg: T5Config, *, dtype: Any, vae_dtype: Any, text_encoder_dtype: Any,
+                        plan, mesh, rules, decoder_parts: tuple[str, ...], progress) -> tuple:
+        """Everything a pipeline loads, shown as one ``loading`` stage: the transformer placed once (resident on
+        ``mesh``, or its blocks chunked by ``plan``: :func:`vidax.core.offload.split_blocks`), the VAE's decoder side,
+        the T5 encoder and the tokenizer; all ready when it returns.
+
+        Returns:
+          ``(transformer params, chunked blocks or None, VAE params, T5 params, tokenizer)``.
+
+        Raises:
+          CheckpointError: weights that do not match their configuration.
+        """
+        import jax
+
+        from vidax.core.offload import block_placement, split_blocks
+        from vidax.core.progress import as_progress
+        from vidax.encoders.tokenizer import Tokenizer
+
+        with as_progress(progress).stage("loading", total=3, unit="part") as stage:
+            tparams = self.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, rules))
+            tparams, chunks = split_blocks(tparams, self.family.transformer_specs(tcfg), plan, mesh, rules)
+            stage.update()
+            vparams = self.load_vae(vcfg, vae_dtype, decoder_parts)
+            stage.update()
+            eparams = self.load_text_encoder(ecfg, text_encoder_dtype)
+            tokenizer = Tokenizer.from_folder(self.part("tokenizer"))
+            jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
+            stage.update()
+        return tparams, chunks, vparams, eparams, tokenizer
+
 
 def resolve(folder: str | os.PathLike, family: T5Family) -> T5Checkpoint:
     """Check a ``family`` folder (diffusers or vidax layout) and return where everything is.

@@ -49,7 +49,7 @@ from vidax.core.compile_cache import enable_for_api
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import (check_dtype, check_finite_video, check_guidance, check_seed, integer_problems,
                                is_integer, prompt_batch)
-from vidax.core.offload import OffloadedStack, block_placement, block_plan, split_blocks
+from vidax.core.offload import OffloadedStack, block_plan
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated, to_mesh
 from vidax.core.progress import Progress, as_progress
 from vidax.core.residency import OnDemand, keep_resident
@@ -62,7 +62,7 @@ from vidax.models.cogvideox.config import CogVideoXTransformerConfig, CogVideoXV
 from vidax.models.cogvideox.image import image_frames
 from vidax.models.cogvideox.layout import resolve_checkpoint
 from vidax.models.cogvideox.sharding import COGVIDEOX_RULES, check_parallel
-from vidax.models.cogvideox.transformer import forward, position_tables, transformer_specs
+from vidax.models.cogvideox.transformer import forward, position_tables
 from vidax.schedulers import CogVideoXDPMScheduler, guidance_scale_at, scheduler_from_config
 from vidax.video import VideoOutput, finish_metrics
 
@@ -260,25 +260,15 @@ class CogVideoXPipeline:
         if mesh is not None:
             check_parallel(tcfg, mesh, COGVIDEOX_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
-        specs = transformer_specs(tcfg)
-        with as_progress(progress).stage("loading", total=3, unit="part") as stage:
-            tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, COGVIDEOX_RULES))
-            tparams, chunks = split_blocks(tparams, specs, plan, mesh, COGVIDEOX_RULES)
-            stage.update()
-            # The encoder side is loaded on demand: at the first image (image-to-video); text-to-video never reads it.
-            vparams = ckpt.load_vae(vcfg, vae_dtype, cvae.DECODER_PARTS)
-            stage.update()
-            keep_text = keep_resident(text_encoder_residency)
-            eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
-            tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
-            jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
-            stage.update()
+        # The VAE's encoder side is loaded on demand, at the first image; text-to-video never reads it.
+        tparams, chunks, vparams, eparams, tokenizer = ckpt.load_components(
+            tcfg, vcfg, ecfg, dtype=dtype, vae_dtype=vae_dtype, text_encoder_dtype=text_encoder_dtype, plan=plan,
+            mesh=mesh, rules=COGVIDEOX_RULES, decoder_parts=cvae.DECODER_PARTS, progress=progress)
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, ckpt.scheduler_config(),
                    attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
-                                     keep=keep_text)
+                                     keep=keep_resident(text_encoder_residency))
         pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, cvae.ENCODER_PARTS))
-        jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
 

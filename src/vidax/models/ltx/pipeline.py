@@ -54,7 +54,7 @@ from vidax.core.attention import AttentionImpl, ran_label, recording
 from vidax.core.compile_cache import enable_for_api
 from vidax.core.host_memory import trim_after_compiles
 from vidax.core.inputs import check_dtype, check_finite_video, check_guidance, check_seed, integer_problems, is_integer, prompt_batch
-from vidax.core.offload import block_placement, block_plan, split_blocks
+from vidax.core.offload import block_plan
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, to_mesh
 from vidax.core.progress import Progress, as_progress
 from vidax.core.residency import OnDemand, keep_resident
@@ -68,7 +68,7 @@ from vidax.models.ltx import vae as lvae
 from vidax.models.ltx.config import LTXVideoTransformerConfig
 from vidax.models.ltx.layout import resolve_checkpoint
 from vidax.models.ltx.sharding import LTX_RULES, check_parallel
-from vidax.models.ltx.transformer import grid_coords, rope_tables, transformer_specs, video_coords
+from vidax.models.ltx.transformer import grid_coords, rope_tables, video_coords
 from vidax.schedulers import scheduler_from_config
 from vidax.schedulers.flow_euler import calculate_shift
 from vidax.video import VideoOutput, finish_metrics
@@ -273,24 +273,15 @@ class LTXPipeline:
         if mesh is not None:
             check_parallel(tcfg, mesh, LTX_RULES)
         plan = block_plan(tcfg.num_layers, offload_chunk, block_loop)
-        specs = transformer_specs(tcfg)
-        with as_progress(progress).stage("loading", total=3, unit="part") as stage:
-            tparams = ckpt.load_transformer(tcfg, dtype, shardings=block_placement(plan, mesh, LTX_RULES))
-            tparams, chunks = split_blocks(tparams, specs, plan, mesh, LTX_RULES)
-            stage.update()
-            # The VAE's encoder side is read at the first conditioning image; text-to-video never reads it.
-            vparams = ckpt.load_vae(vcfg, vae_dtype, lvae.DECODER_PARTS)
-            stage.update()
-            eparams = ckpt.load_text_encoder(ecfg, text_encoder_dtype)
-            tokenizer = Tokenizer.from_folder(ckpt.part("tokenizer"))
-            jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
-            stage.update()
+        # The VAE's encoder side is loaded on demand, at the first image; text-to-video never reads it.
+        tparams, chunks, vparams, eparams, tokenizer = ckpt.load_components(
+            tcfg, vcfg, ecfg, dtype=dtype, vae_dtype=vae_dtype, text_encoder_dtype=text_encoder_dtype, plan=plan,
+            mesh=mesh, rules=LTX_RULES, decoder_parts=lvae.DECODER_PARTS, progress=progress)
         pipe = cls(ckpt.folder, ckpt.pipeline_class, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer,
                    ckpt.scheduler_config(), attention, mesh=mesh, block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.text_encoder = OnDemand(lambda: ckpt.load_text_encoder(ecfg, text_encoder_dtype), eparams,
                                      keep=keep_resident(text_encoder_residency))
         pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, lvae.ENCODER_PARTS))
-        jax.block_until_ready((tparams, vparams, eparams, None if chunks is None else chunks.chunks))
         pipe.load_seconds = time.perf_counter() - t0
         return pipe
 
