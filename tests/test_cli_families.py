@@ -4,7 +4,6 @@ demo a playable mp4 with the common summary line and metrics, progress for every
 import json
 import re
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,11 +15,11 @@ from vidax.video import COMMON_METRICS, read_video
 
 SUMMARY = re.compile(r"^wrote (?P<out>\S+): (?P<frames>\d+) frames (?P<w>\d+)x(?P<h>\d+) at [\d.]+ fps \((?P<fam>\S+) "
                      r"(?P<task>\w+)\) \| load [\d.]+s, text encoder [\d.]+s, VAE encode [\d.]+s, compile [\d.]+s, "
-                     r"[\d.]+s/step x \d+, VAE decode [\d.]+s, total [\d.]+s \| peak host memory [\d.]+ GiB, peak device "
-                     r"memory (n/a|[\d.]+ GiB) \| attention [\w+]+$", re.MULTILINE)
+                     r"[\d.]+s/step x \d+, VAE decode [\d.]+s, total [\d.]+s \| peak host memory [\d.]+ GiB, "
+                     r"peak device memory (n/a|[\d.]+ GiB) \| attention [\w+]+$", re.MULTILINE)
 
 
-# -- every flag, every family -------------------------------------------------------------------------------------------
+# -- every flag, every family ------------------------------------------------------------------------
 
 #: A valid value for each `vidax generate` flag (None: a switch). A new flag must be added here.
 SAMPLE = {
@@ -156,7 +155,7 @@ def test_a_choice_of_another_family_is_refused_naming_the_family(family_folders,
     assert "--sampler unipc is not a CogVideoX sampler; choose ddim or dpm" in capsys.readouterr().err
 
 
-# -- checks before loading ---------------------------------------------------------------------------------------------
+# -- checks before loading ------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -196,7 +195,7 @@ def test_out_folder_must_exist_unless_mkdir(family_folders, tmp_path, capsys, no
     assert not (tmp_path / "new").exists()
 
 
-# -- demos -------------------------------------------------------------------------------------------------------------
+# -- demos ------------------------------------------------------------------------
 
 
 def _demo_cases():
@@ -240,7 +239,7 @@ def test_demo_reuses_its_checkpoint_and_refuses_a_foreign_folder(tmp_path, capsy
     assert "exists but holds no checkpoint" in capsys.readouterr().err
 
 
-# -- progress ----------------------------------------------------------------------------------------------------------
+# -- progress ------------------------------------------------------------------------
 
 
 def test_every_stage_shows_progress(family_folders, tmp_path, capsys):
@@ -275,7 +274,7 @@ def test_a_long_stage_keeps_ticking():
     assert buf.getvalue() == ""
 
 
-# -- what ran, what was written ----------------------------------------------------------------------------------------
+# -- what ran, what was written ------------------------------------------------------------------------
 
 
 def test_metrics_name_the_attention_that_actually_ran(family_folders):

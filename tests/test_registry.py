@@ -147,7 +147,8 @@ def test_folders_are_claimed_by_their_index(tmp_path):
         (f / index).write_text(json.dumps(data))
         return f
 
-    assert registry.family_of(folder("a", "model_index.json", {"_class_name": "LTXConditionPipeline"})).name == "ltx-video"
+    ltx = folder("a", "model_index.json", {"_class_name": "LTXConditionPipeline"})
+    assert registry.family_of(ltx).name == "ltx-video"
     assert registry.family_of(folder("b", "model_index.json", {"_class_name": "CogVideoXImageToVideoPipeline"})).name \
         == "cogvideox"
     assert registry.family_of(folder("c", "vidax_index.json", {"family": "wan"})).name == "wan"

@@ -93,7 +93,8 @@ def _add_runtime_flags(g: argparse.ArgumentParser) -> None:
                    help="keep the transformer blocks in host memory and stream them to the devices N at a time "
                         "(default: resident)")
     r.add_argument("--offload-serial", action="store_true",
-                   help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's mode)")
+                   help="with --offload-chunk: copy each chunk, then compute (no copy/compute overlap; the paper's "
+                        "mode)")
     r.add_argument("--block-loop", choices=["auto", "scan", "host"], default="auto",
                    help="run the transformer blocks under one scan (scan) or as one block program called per block "
                         "from the host (host); default auto: host on CPU, scan on accelerators")
@@ -109,7 +110,8 @@ def _add_runtime_flags(g: argparse.ArgumentParser) -> None:
                    help="with --auto-split: GiB per device kept free for the text encoder and the VAE (default 0)")
     r.add_argument("--distributed", action="store_true",
                    help="several hosts: call jax.distributed.initialize() first (arguments from the flags below or the "
-                        "cluster environment); each process reads only its devices' shards, process 0 writes the outputs")
+                        "cluster environment); each process reads only its devices' shards, process 0 writes the "
+                        "outputs")
     r.add_argument("--coordinator-address", default=None, help="with --distributed: host:port of process 0")
     r.add_argument("--num-processes", type=int, default=None, help="with --distributed: number of processes")
     r.add_argument("--process-id", type=int, default=None, help="with --distributed: this process's index")
@@ -200,7 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--num-frames", type=int, default=None)
     pl.add_argument("--dtype", choices=["bfloat16", "float32"], default=None)
     pl.add_argument("--chunks", default=None,
-                    help="offload chunk sizes to try, comma-separated, or 'none' (default: divisors of the layer count)")
+                    help="offload chunk sizes to try, comma-separated, or 'none' (default: divisors of the layer "
+                         "count)")
     pl.add_argument("--serial", action="store_true", help="plan offloading without copy/compute overlap (one buffer)")
     pl.add_argument("--json", default=None, help="also write the estimates as JSON here")
 
@@ -216,11 +219,12 @@ def _parser() -> argparse.ArgumentParser:
     demo_names = ", ".join(registry.demos())
     d = sub.add_parser("demo", help="write a tiny random-weight checkpoint and generate a small video from it",
                        description="NAME is a family or a model within one (" + demo_names + "); TASK one of "
-                                   + ", ".join(registry.TASKS) + ". The checkpoint is written under --checkpoint-dir if "
-                                   "absent, the video to --out-dir. Random weights: the video is structured noise.")
+                                   + ", ".join(registry.TASKS) + ". The checkpoint is written under --checkpoint-dir "
+                                   "if absent, the video to --out-dir. Random weights: the video is structured noise.")
     d.add_argument("name", nargs="?", default=fams[0].demos[0].name if fams and fams[0].demos else None,
                    metavar="NAME[/TASK]", help=f"default: {fams[0].demos[0].name if fams and fams[0].demos else ''}")
-    d.add_argument("--checkpoint-dir", default="checkpoints", help="where demo checkpoints are kept (default checkpoints)")
+    d.add_argument("--checkpoint-dir", default="checkpoints",
+                   help="where demo checkpoints are kept (default checkpoints)")
     d.add_argument("--out-dir", default="outputs", help="where the video and metrics go (default outputs)")
     d.add_argument("--seed", type=arg_types.seed, default=0)
     _add_output_flags(d, None)
@@ -229,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# -- generate ---------------------------------------------------------------------------------------------------------
+# -- generate ------------------------------------------------------------------------
 
 
 def _preset_for(args, fam: registry.Family):
@@ -238,7 +242,8 @@ def _preset_for(args, fam: registry.Family):
         return None
     other, preset = registry.preset(args.preset)
     if other is not fam:
-        raise ValueError(f"--preset {args.preset} is not {_an(fam.display)} preset (it is {_an(other.display)} preset), "
+        raise ValueError(f"--preset {args.preset} is not {_an(fam.display)} preset (it is {_an(other.display)} "
+                         "preset), "
                          f"and {args.checkpoint} is {_an(fam.display)} checkpoint; {fam.display} presets: "
                          + ", ".join(sorted(fam.presets())))
     return preset
@@ -485,7 +490,7 @@ def _gib(x: float) -> int:
     return int(x * (1 << 30))
 
 
-# -- plan, inspect, convert, presets, demo -----------------------------------------------------------------------------
+# -- plan, inspect, convert, presets, demo ------------------------------------------------------------------------
 
 
 def _prepare_devices(n: int) -> None:
@@ -493,7 +498,8 @@ def _prepare_devices(n: int) -> None:
     ``n`` devices can compile on a host with fewer accelerators (or none)."""
     if "jax" in sys.modules:  # already started (tests, an embedding program): use what exists
         return
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
     flags.append(f"--xla_force_host_platform_device_count={n}")
     os.environ["XLA_FLAGS"] = " ".join(flags)
 
@@ -525,7 +531,8 @@ def plan(args) -> int:
             budget = host_memory_bytes() // jax.local_device_count()
             note = f" (this host's memory over its {jax.local_device_count()} device(s); --memory-gb for another)"
     settings = preset.settings()
-    print(f"planning {preset.name} on {devices} devices, budget {format_bytes(budget)} per device{note} ...", flush=True)
+    print(f"planning {preset.name} on {devices} devices, budget {format_bytes(budget)} per device{note} ...",
+          flush=True)
     result = fam.plan.plan(cfg, height=args.height or settings["height"], width=args.width or settings["width"],
                            num_frames=args.num_frames or settings["num_frames"], dtype=args.dtype or preset.dtype,
                            devices=devices, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb),
@@ -537,7 +544,8 @@ def plan(args) -> int:
     if row is not None and devices == preset.tp * preset.sp:
         print(f"the paper's split for this row: {paper.label()}: peak {row.peak_bytes / 2**30:.2f} GiB per device")
     elif devices != preset.tp * preset.sp:
-        print(f"(the paper ran this row on {preset.tp * preset.sp} devices: --devices {preset.tp * preset.sp} plans that)")
+        n = preset.tp * preset.sp
+        print(f"(the paper ran this row on {n} devices: --devices {n} plans that)")
     if args.json:
         data = {"settings": result.settings, "budget_bytes": budget, "reserve_bytes": result.reserve_bytes,
                 "target": result.target, "seconds": result.seconds,
@@ -652,7 +660,7 @@ def demo(args) -> int:
     return 0
 
 
-# -- main ---------------------------------------------------------------------------------------------------------------
+# -- main ------------------------------------------------------------------------
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

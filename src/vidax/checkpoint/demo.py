@@ -83,7 +83,8 @@ def demo_frames(folder, stem: str) -> tuple:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, sky, sun, y in (("first", (60, 50, 120), (250, 150, 60), 150), ("last", (110, 170, 235), (255, 240, 170), 50)):
+    scenes = (("first", (60, 50, 120), (250, 150, 60), 150), ("last", (110, 170, 235), (255, 240, 170), 50))
+    for name, sky, sun, y in scenes:
         path = folder / f"{stem}-{name}.png"
         paths.append(path)
         if path.is_file():

@@ -274,7 +274,8 @@ def family_of(folder: str | os.PathLike) -> Family:
             if name in fam.diffusers_classes:
                 return fam
         known = "; ".join(f"{f.display} ({', '.join(f.diffusers_classes)})" for f in fams)
-        what = f"describes {name!r}, which vidax does not run" if name else "has no _class_name, so its pipeline is unknown"
+        what = (f"describes {name!r}, which vidax does not run" if name
+                else "has no _class_name, so its pipeline is unknown")
         raise CheckpointError(f"{folder / 'model_index.json'}: {what}; vidax runs diffusers folders of: {known}")
     for fam in fams:
         if fam.claims_folder is not None and fam.claims_folder(folder):
@@ -284,7 +285,8 @@ def family_of(folder: str | os.PathLike) -> Family:
                               "release matches; pass the pipeline folder that holds it (with model_index.json)")
     examples = ", ".join(f.example for f in fams)
     raise CheckpointError(f"{folder}: not a checkpoint folder vidax recognises: expected a diffusers pipeline folder "
-                          f"(model_index.json; e.g. {examples}), a folder written by `vidax convert` (vidax_index.json), "
+                          f"(model_index.json; e.g. {examples}), a folder written by `vidax convert` "
+                          "(vidax_index.json), "
                           "or an original release folder (e.g. Wan-AI/Wan2.1-T2V-1.3B)")
 
 
@@ -426,7 +428,8 @@ class Plan:
     Attributes:
       architecture: ``(preset, folder or None) -> transformer configuration`` planned for.
       plan: ``(cfg, *, height, width, num_frames, dtype, devices, memory_bytes, reserve_bytes, guided, chunks,
-        overlap, model, attention, offload_if_needed, log) -> result`` with ``report()``, ``recommended``, ``estimates``.
+        overlap, model, attention, offload_if_needed, log) -> result`` with ``report()``, ``recommended``,
+        ``estimates``.
     """
 
     architecture: Callable[[Any, Path | None], Any]

@@ -276,7 +276,8 @@ def inspect_lines(ckpt: T5Checkpoint, summary: str) -> list[str]:
 
     def vae():
         vcfg = ckpt.vae_config()
-        return component_lines("vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg), str(ckpt.part("vae")))
+        return component_lines("vae", ckpt.reader("vae"), ckpt.vae_keymap(vcfg), f.vae_specs(vcfg),
+                               str(ckpt.part("vae")))
 
     def text_encoder():
         ecfg = ckpt.text_encoder_config()

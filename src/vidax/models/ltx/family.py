@@ -39,8 +39,8 @@ def _check(folder: Path, task: str, call: dict) -> None:
             raise ValueError("--last-image needs a video of more than one frame (e.g. --num-frames 121)")
         ckpt = _checkpoint(folder)  # index files only
         if ckpt.pipeline_class != CONDITION_PIPELINE:
-            raise ValueError(f"--last-image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); {folder} is an "
-                             f"{ckpt.pipeline_class} folder, which takes --image only")
+            raise ValueError(f"--last-image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); {folder} is "
+                             f"an {ckpt.pipeline_class} folder, which takes --image only")
 
 
 def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> dict:
@@ -52,7 +52,8 @@ def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> d
         elif call["num_inference_steps"] != len(timesteps):
             if "timesteps" not in given:
                 raise ValueError(f"--preset {preset.name} samples its {len(timesteps)} distilled timesteps; to sample "
-                                 "other ones pass them with --timesteps (e.g. --timesteps 1000,975,909,725), not --steps")
+                                 "other ones pass them with --timesteps (e.g. --timesteps 1000,975,909,725), not "
+                                 "--steps")
             raise ValueError(f"--steps {call['num_inference_steps']} and {len(timesteps)} timesteps disagree; pass one "
                              "of them")
     return call

@@ -222,7 +222,8 @@ class LTXPipeline:
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto", block_loop: str = "auto",
                         offload_chunk: int | None = None, offload_overlap: bool = True,
-                        progress: bool | Progress = True, compile_cache: bool | str | os.PathLike = True) -> LTXPipeline:
+                        progress: bool | Progress = True,
+                        compile_cache: bool | str | os.PathLike = True) -> LTXPipeline:
         """Load a diffusers-layout LTX-Video folder.
 
         Args:
@@ -482,11 +483,12 @@ class LTXPipeline:
             if image is None or conditions:
                 raise ValueError("last_image needs image (the first frame), and no conditions")
             if not self.condition_semantics:
-                raise ValueError(f"last_image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); {self.folder} "
-                                 f"is an {self.pipeline_class} folder, which takes image only")
+                raise ValueError(f"last_image needs an LTXConditionPipeline checkpoint (LTX-Video 0.9.5+); "
+                                 f"{self.folder} is an {self.pipeline_class} folder, which takes image only")
             if num_frames < 2:
                 raise ValueError("last_image needs a video of more than one frame (e.g. num_frames=121)")
-            conditions = [LTXVideoCondition(image=image), LTXVideoCondition(image=last_image, frame_index=num_frames - 1)]
+            conditions = [LTXVideoCondition(image=image),
+                          LTXVideoCondition(image=last_image, frame_index=num_frames - 1)]
             image = None
         if output_type not in ("uint8", "float"):
             raise ValueError(f"output_type must be 'uint8' or 'float', got {output_type!r}")

@@ -469,7 +469,8 @@ class WanPipeline:
         return 24 if self.vae_cfg.patch_size else 16
 
     def _attention_label(self, ran: set) -> str:
-        """The ``attention`` metric: what the step's attention ran when last traced (:func:`vidax.core.attention.ran_label`)."""
+        """The ``attention`` metric: what the step's attention ran when last traced
+        (:func:`vidax.core.attention.ran_label`)."""
         if ran or self._attention_ran is None:
             self._attention_ran = ran_label(ran, self.attention)
         return self._attention_ran

@@ -1035,7 +1035,8 @@ def encode(params: dict, cfg: WanVAEConfig, video: jax.Array,
     return mean, jnp.clip(logvar, -30.0, 20.0)
 
 
-def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array, on_chunk: Callable[[], None] | None = None) -> jax.Array:
+def decode(params: dict, cfg: WanVAEConfig, latents: jax.Array,
+           on_chunk: Callable[[], None] | None = None) -> jax.Array:
     """Decode latents to video (``AutoencoderKLWan.decode(z).sample``).
 
     One latent frame per :func:`decode_chunk` call (host loop; four compiled programs per
