@@ -480,6 +480,7 @@ class WanImageToVideoPipeline(WanPipeline):
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
         progress: bool = True,
+        schedule: str | None = None,
     ) -> WanOutput:
         """Generate videos, from an image (I2V), two images (FLF2V) or text alone (T2V).
 
@@ -494,7 +495,7 @@ class WanImageToVideoPipeline(WanPipeline):
             or 480 x 832 without an image. Rounded down to multiples of :attr:`size_multiple` with a warning.
           max_area: target pixel count for the image rule (default 480 * 832).
           num_frames: ``4k + 1`` frames (others are rounded down with a warning, as the reference does).
-          num_inference_steps, flow_shift, sampler, seed: as :meth:`WanPipeline.__call__`.
+          num_inference_steps, flow_shift, sampler, seed, schedule: as :meth:`WanPipeline.__call__`.
           guidance_scale: CFG scale (of the high-noise expert for A14B); guidance is off at 1.0 or below.
           guidance_scale_2: the low-noise expert's scale (A14B only; default ``guidance_scale``).
           latents: explicit initial noise float32 ``(B, z, (F-1)/4+1, H/f, W/f)``.
@@ -573,7 +574,7 @@ class WanImageToVideoPipeline(WanPipeline):
             jax.block_until_ready(condition)
         metrics["vae_encode_s"] = time.perf_counter() - t0
 
-        scheduler = self.make_scheduler(sampler, flow_shift)
+        scheduler = self.make_scheduler(sampler, flow_shift, schedule)
         state = scheduler.set_timesteps(num_inference_steps)
         boundary = boundary_timestep(self.boundary_ratio, scheduler.num_train_timesteps)
         if latents is None:
