@@ -84,9 +84,13 @@ def test_both_layouts_load_identical_parameters(pipes):
             assert a[k].dtype == b[k].dtype and np.array_equal(np.asarray(a[k]), np.asarray(b[k])), (name, k)
     # Wan's generate.py samples T2V with shift 5.0 when none is given; diffusers' folder says 3.0.
     assert orig.scheduler_config["flow_shift"] == 5.0 and diff.scheduler_config["flow_shift"] == 3.0
-    # With the shift given, the original layout samples exactly as the diffusers folder's UniPC.
-    a, b = orig.make_scheduler(flow_shift=3.0).set_timesteps(6), diff.make_scheduler().set_timesteps(6)
+    # With the shift and diffusers' grid given, the original layout samples exactly as the diffusers folder's
+    # UniPC; by default it uses the Wan repository's grid (tests/test_wan_schedule.py), which differs at 6 steps.
+    a = orig.make_scheduler(flow_shift=3.0, schedule="diffusers").set_timesteps(6)
+    b = diff.make_scheduler().set_timesteps(6)
     assert type(a) is type(b) and np.array_equal(np.asarray(a.timesteps), np.asarray(b.timesteps))
+    assert not np.array_equal(np.asarray(orig.make_scheduler(flow_shift=3.0).set_timesteps(6).timesteps),
+                              np.asarray(b.timesteps))
     assert not np.array_equal(np.asarray(orig.make_scheduler().set_timesteps(6).timesteps), np.asarray(b.timesteps))
 
 
@@ -369,8 +373,9 @@ def test_original_a14b_release_loads_like_the_diffusers_layout(tmp_path):
 
     a, b = (WanPipeline.from_pretrained(f, dtype="float32") for f in (orig, diff))
     assert a.layout == "original" and a.boundary_ratio == 0.875 and a.scheduler_config["flow_shift"] == 12.0
+    # schedule="diffusers": the same sigma grid for both layouts (the original's default is the Wan repository's).
     kw = dict(height=32, width=32, num_frames=1, num_inference_steps=4, flow_shift=3.0, guidance_scale=4.0,
-              guidance_scale_2=3.0, output_type="float", progress=False)
+              guidance_scale_2=3.0, output_type="float", progress=False, schedule="diffusers")
     out_a, out_b = a("a red panda", "blurry", **kw), b("a red panda", "blurry", **kw)
     assert out_a.metrics["expert_switch_step"] == out_b.metrics["expert_switch_step"] == 2
     np.testing.assert_allclose(out_a.frames, out_b.frames, atol=1e-6)
@@ -403,7 +408,8 @@ def test_image_and_ti2v_releases_load_like_the_diffusers_layout(task, tmp_path):
     assert b.vae_cfg == a.vae_cfg and b.transformer_cfg == a.transformer_cfg
     image = Image.fromarray((np.random.default_rng(0).random((70, 100, 3)) * 255).astype(np.uint8))
     kw = dict(height=32, width=64 if task == "ti2v" else 32, num_frames=5, num_inference_steps=3, flow_shift=3.0,
-              output_type="float", progress=False, image=image, last_image=image if task == "flf2v" else None)
+              output_type="float", progress=False, image=image, last_image=image if task == "flf2v" else None,
+              schedule="diffusers")  # one sigma grid for both layouts (the original's default is Wan's)
     out_a, out_b = a("a cat surfing", "blurry", **kw), b("a cat surfing", "blurry", **kw)
     assert out_a.frames.std() > 0.01
     np.testing.assert_allclose(out_b.frames, out_a.frames, atol=1e-6)

@@ -5,7 +5,8 @@
   sigmas/timesteps and per-token steps for LTX-Video), with
   :func:`calculate_shift` for ``mu``.
 * :class:`FlowUniPCMultistepScheduler` follows diffusers ``UniPCMultistepScheduler``
-  with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan).
+  with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan);
+  ``sigma_grid="wan"`` gives the Wan repository's sigma grid instead.
 * :class:`CogVideoXDDIMScheduler` and :class:`CogVideoXDPMScheduler` follow
   diffusers' classes of the same names (CogVideoX: v-prediction on a
   zero-terminal-SNR, SNR-shifted variance-preserving schedule).
@@ -67,6 +68,7 @@ _UNIPC_ARGS = {
     "lower_order_final": ("lower_order_final", True),
     "disable_corrector": ("disable_corrector", ()),
     "final_sigmas_type": ("final_sigmas_type", "zero"),
+    "sigma_grid": ("sigma_grid", "diffusers"),  # vidax's own key (no diffusers config has it)
 }
 _UNIPC_REQUIRED = {  # key: (diffusers default, supported values)
     "prediction_type": ("epsilon", ("flow_prediction",)),
@@ -158,7 +160,9 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
       **overrides: config keys to replace, in diffusers' names (e.g.
         ``flow_shift=5.0`` for UniPC, ``shift=5.0`` for Euler,
         ``snr_shift_scale=1.0`` for CogVideoX); ``flow_shift`` is also
-        accepted for Euler. For CogVideoX, ``_class_name`` may be overridden to
+        accepted for Euler. UniPC also takes vidax's own key ``sigma_grid``
+        (``"diffusers"``, the default, or ``"wan"``: the Wan repository's
+        grid; see :class:`FlowUniPCMultistepScheduler`). For CogVideoX, ``_class_name`` may be overridden to
         switch between DDIM and DPM on the same config.
 
     Returns:
@@ -169,7 +173,7 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
         whose value we do not implement (e.g. UniPC ``prediction_type`` other
         than ``"flow_prediction"``, ``use_flow_sigmas=False``,
         ``thresholding=True``, ``solver_type`` other than bh1/bh2, UniPC
-        ``use_dynamic_shifting=True``; Euler ``invert_sigmas``,
+        ``use_dynamic_shifting=True``, an unknown ``sigma_grid``; Euler ``invert_sigmas``,
         ``stochastic_sampling``, karras/exponential/beta sigmas, an unknown
         ``time_shift_type`` or ``shift_terminal`` outside ``[0, 1)``;
         CogVideoX ``beta_schedule`` other than ``"scaled_linear"``,

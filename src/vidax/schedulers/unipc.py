@@ -9,6 +9,13 @@ checkpoints: ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True``,
 "UniPC: A Unified Predictor-Corrector Framework for Fast Sampling of Diffusion
 Models" (arXiv:2302.04867).
 
+The sigma grid is diffusers' by default; ``sigma_grid="wan"`` builds the Wan
+repository's instead (``wan/utils/fm_solvers_unipc.py``, class
+``FlowUniPCMultistepScheduler``, as ``wan/text2video.py`` / ``image2video.py``
+construct it, Wan2.1 and Wan2.2 alike). Only the grid differs: that class's
+step (predictor, corrector, order warm-up, ``lower_order_final``, the final
+sigma 0) is diffusers' step, operation for operation, for this configuration.
+
 Numerics follow diffusers exactly: the schedule is built in float64 and stored
 as float32; every scalar coefficient is rounded to float32 after each
 operation as diffusers' 0-dim float32 torch tensors are (log and expm1 are
@@ -32,6 +39,7 @@ from .base import Scheduler, SchedulerState, divide, rounded
 _f32 = np.float32
 SOLVER_TYPES = ("bh1", "bh2")
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")
+SIGMA_GRIDS = ("diffusers", "wan")
 
 
 def _log32(x: np.float32) -> np.float32:
@@ -155,10 +163,19 @@ class FlowUniPCMultistepScheduler(Scheduler):
     ``scheduling_unipc_multistep.py``) with ``prediction_type="flow_prediction"``,
     ``use_flow_sigmas=True`` and ``predict_x0=True``:
 
-    * sigmas: ``linspace(1, 1/num_train_timesteps, n+1)[:-1]`` in float64,
-      shifted by ``flow_shift``; a first sigma within 1e-6 of 1 is lowered by
-      1e-6 (keeps ``log(1 - sigma)`` finite); cast to float32; a final 0 (or,
-      for ``final_sigmas_type="sigma_min"``, the last sigma) is appended.
+    * sigmas (``sigma_grid="diffusers"``): ``linspace(1, 1/num_train_timesteps,
+      n+1)[:-1]`` in float64, shifted by ``flow_shift``; a first sigma within
+      1e-6 of 1 is lowered by 1e-6 (keeps ``log(1 - sigma)`` finite); cast to
+      float32; a final 0 (or, for ``final_sigmas_type="sigma_min"``, the last
+      sigma) is appended.
+    * sigmas (``sigma_grid="wan"``, the Wan repository's
+      ``FlowUniPCMultistepScheduler.set_timesteps`` as its pipelines call it):
+      ``linspace(sigma_max, 0, n+1)[:-1]`` in float64, where ``sigma_max`` is
+      the largest sigma of its (unshifted) training schedule,
+      ``1 - 1/num_train_timesteps`` stored in float32 (0.999 -> 0.99900001287);
+      shifted by ``flow_shift``; no 1e-6 adjustment; cast to float32; a final 0
+      appended. Before the shift this is the diffusers grid lowered by
+      ``1/num_train_timesteps`` (up to that float32 rounding).
     * timesteps: ``sigmas[:-1] * num_train_timesteps`` in float64, *truncated*
       to int64 (not rounded).
     * step ``i``: the UniC corrector first refines ``sample`` using the previous
@@ -182,6 +199,10 @@ class FlowUniPCMultistepScheduler(Scheduler):
       disable_corrector: step indices ``j`` such that the correction applied at
         step ``j + 1`` is skipped (diffusers semantics).
       final_sigmas_type: ``"zero"`` (default) or ``"sigma_min"``.
+      sigma_grid: ``"diffusers"`` (default; diffusers ``UniPCMultistepScheduler``
+        with ``use_flow_sigmas=True``) or ``"wan"`` (the Wan repository's
+        ``wan/utils/fm_solvers_unipc.py``, which the original-release
+        checkpoints were published with). The step is the same for both.
 
     Raises:
       ValueError: for unsupported option values, naming the option.
@@ -196,6 +217,7 @@ class FlowUniPCMultistepScheduler(Scheduler):
         lower_order_final: bool = True,
         disable_corrector: Sequence[int] = (),
         final_sigmas_type: str = "zero",
+        sigma_grid: str = "diffusers",
     ):
         super().__init__(num_train_timesteps=num_train_timesteps, flow_shift=flow_shift)
         if isinstance(solver_order, bool) or int(solver_order) != solver_order or solver_order < 1:
@@ -206,6 +228,11 @@ class FlowUniPCMultistepScheduler(Scheduler):
             raise ValueError(
                 f"final_sigmas_type={final_sigmas_type!r} is not supported; supported: {FINAL_SIGMAS_TYPES}"
             )
+        if sigma_grid not in SIGMA_GRIDS:
+            raise ValueError(f"sigma_grid={sigma_grid!r} is not supported; supported: {SIGMA_GRIDS}")
+        if sigma_grid == "wan" and final_sigmas_type != "zero":
+            # The Wan repository's "sigma_min" branch reads an attribute its class never sets (it raises).
+            raise ValueError(f"sigma_grid='wan' supports only final_sigmas_type='zero', got {final_sigmas_type!r}")
         if not lower_order_final and solver_order > 1 and final_sigmas_type == "zero":
             raise ValueError(
                 "lower_order_final=False with solver_order > 1 and final_sigmas_type='zero' is not supported: "
@@ -216,6 +243,7 @@ class FlowUniPCMultistepScheduler(Scheduler):
         self.lower_order_final = bool(lower_order_final)
         self.disable_corrector = tuple(int(j) for j in (disable_corrector or ()))
         self.final_sigmas_type = final_sigmas_type
+        self.sigma_grid = sigma_grid
 
     @property
     def config(self) -> dict[str, Any]:
@@ -227,6 +255,7 @@ class FlowUniPCMultistepScheduler(Scheduler):
             "lower_order_final": self.lower_order_final,
             "disable_corrector": self.disable_corrector,
             "final_sigmas_type": self.final_sigmas_type,
+            "sigma_grid": self.sigma_grid,
         }
 
     # -- schedule --------------------------------------------------------
@@ -238,16 +267,22 @@ class FlowUniPCMultistepScheduler(Scheduler):
           A fresh :class:`SchedulerState`: ``sigmas`` float32
           ``(num_inference_steps + 1,)``, ``timesteps`` int64
           ``(num_inference_steps,)``, equal to diffusers' ``scheduler.sigmas``
-          and ``scheduler.timesteps``.
+          and ``scheduler.timesteps`` (with ``sigma_grid="wan"``, to the Wan
+          repository scheduler's).
 
         Raises:
           ValueError: if ``num_inference_steps`` is not a positive integer.
         """
         n = self._check_num_steps(num_inference_steps)
         n_train = self.num_train_timesteps
-        s = np.linspace(1.0, 1.0 / n_train, n + 1)[:-1]
+        if self.sigma_grid == "wan":
+            # Wan starts from the top of its float32 training sigmas (1 - 1/N), not from 1, and ends at 0.
+            top = float(np.float32(1.0 - 1.0 / n_train))
+            s = np.linspace(top, 0.0, n + 1)[:-1]
+        else:
+            s = np.linspace(1.0, 1.0 / n_train, n + 1)[:-1]
         s = self.flow_shift * s / (1.0 + (self.flow_shift - 1.0) * s)
-        if abs(s[0] - 1.0) < 1e-6:
+        if self.sigma_grid == "diffusers" and abs(s[0] - 1.0) < 1e-6:
             s[0] -= 1e-6
         timesteps = (s * n_train).astype(np.int64)  # truncation, as torch .to(int64)
         last = 0.0 if self.final_sigmas_type == "zero" else s[-1]

@@ -157,6 +157,8 @@ class WanCheckpoint:
       image_processor: the folder holding ``preprocessor_config.json`` (diffusers ``image_processor/``), else None.
       pipeline_config: ``model_index.json`` settings that change sampling: ``boundary_ratio`` (two
         experts), ``expand_timesteps`` (Wan2.2 TI2V per-token timesteps), ``_class_name``.
+      source_layout: for a converted (``"vidax"``) folder, the layout it was converted from
+        (``vidax_index.json``'s ``source_layout``), else None.
     """
 
     folder: Path
@@ -174,6 +176,7 @@ class WanCheckpoint:
     image_encoder: Path | None = None
     image_processor: Path | None = None
     pipeline_config: dict = field(default_factory=dict)
+    source_layout: str | None = None
 
     @property
     def maps(self) -> WanLayout:
@@ -228,6 +231,13 @@ class WanCheckpoint:
     def expand_timesteps(self) -> bool:
         """``model_index.json`` ``expand_timesteps`` (Wan2.2 TI2V-5B: per-token timesteps)."""
         return bool(self.pipeline_config.get("expand_timesteps", False))
+
+    @property
+    def schedule_default(self) -> str:
+        """The sigma grid this checkpoint's own reference samples on: ``"original"`` (the Wan repository's
+        ``FlowUniPCMultistepScheduler``) for the original release and folders converted from it,
+        ``"diffusers"`` (diffusers' ``UniPCMultistepScheduler``) otherwise."""
+        return ORIGINAL if ORIGINAL in (self.layout, self.source_layout) else DIFFUSERS
 
     def vae_reader(self):
         """A reader over the VAE weights (safetensors folder, or ``Wan2.1_VAE.pth`` / ``Wan2.2_VAE.pth``)."""
@@ -566,7 +576,7 @@ def _resolve_vidax(folder: Path) -> WanCheckpoint:
     if "image_processor" in parts:
         optional["image_processor"] = folder / "image_processor"
     return WanCheckpoint(
-        **optional, pipeline_config=dict(index.get("pipeline", {})),
+        **optional, pipeline_config=dict(index.get("pipeline", {})), source_layout=index.get("source_layout"),
         folder=folder, layout=VIDAX,
         transformer_config_path=folder / "transformer" / "config.json",
         transformer_weights=folder / "transformer" / VIDAX_WEIGHTS,

@@ -143,6 +143,8 @@ class WanPipeline:
         self.text_encoder = OnDemand(lambda: text_params, text_params)
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler_config
+        # make_scheduler's schedule=None: the layout's own reference grid (from_pretrained: the checkpoint's).
+        self.schedule_default = "original" if layout == "original" else "diffusers"
         self.attention = AttentionImpl(attention)
         self.mesh = mesh  # None: one device
         self.rules = rules
@@ -300,6 +302,7 @@ class WanPipeline:
             sched_cfg = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC, "flow_shift": ORIGINAL_T2V_FLOW_SHIFT}
         pipe = cls(ckpt.folder, tcfg, tparams, vcfg, vparams, ecfg, eparams, tokenizer, sched_cfg, attention,
                    layout=ckpt.layout, mesh=mesh, offload=offload, offload_overlap=offload_overlap)
+        pipe.schedule_default = ckpt.schedule_default  # a converted folder keeps its source's
         pipe.text_encoder = OnDemand(load_text_encoder, eparams, keep=keep_text)
         pipe.vae_encoder = OnDemand(lambda: load_vae(wan_vae.ENCODER_PARTS))
         jax.block_until_ready((tparams, vparams, eparams, None if offload is None else offload.chunks))
@@ -318,13 +321,25 @@ class WanPipeline:
         self.text_encoder.release()  # freed now unless kept resident (text_encoder_residency)
         return states
 
-    def make_scheduler(self, sampler: str | None = None, flow_shift: float | None = None):
+    def make_scheduler(self, sampler: str | None = None, flow_shift: float | None = None,
+                       schedule: str | None = None):
         """The sampler for this run: the checkpoint's own (UniPC for Wan) or flow-matching Euler.
 
         Args:
           sampler: None (the checkpoint's ``scheduler_config.json``), "unipc" or "euler".
           flow_shift: overrides the configured shift (3.0 for 480p, 5.0 for 720p).
+          schedule: UniPC's sigma grid: "original" (the Wan repository's ``wan/utils/fm_solvers_unipc.py``)
+            or "diffusers" (diffusers' ``UniPCMultistepScheduler``); None: :attr:`schedule_default`, the
+            layout's own reference ("original" for the original release and folders converted from it).
+            Euler always uses diffusers' grid (the Wan repository has no Euler sampler).
+
+        Raises:
+          ValueError: an unknown sampler or schedule (the valid values named).
         """
+        schedule = self.schedule_default if schedule is None else schedule
+        if schedule not in SCHEDULE_GRIDS:
+            raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(map(repr, SCHEDULE_GRIDS))} "
+                             "or None (the checkpoint's own)")
         config = dict(self.scheduler_config)
         configured_shift = config.get("flow_shift", config.get("shift", 1.0))
         shift = float(flow_shift if flow_shift is not None else configured_shift)
@@ -334,6 +349,7 @@ class WanPipeline:
             if config.get("_class_name") != "UniPCMultistepScheduler":
                 config = {"_class_name": "UniPCMultistepScheduler", **WAN_UNIPC}
             config["flow_shift"] = shift
+            config["sigma_grid"] = SCHEDULE_GRIDS[schedule]
         elif sampler == "euler":
             config = {"_class_name": "FlowMatchEulerDiscreteScheduler",
                       "num_train_timesteps": config.get("num_train_timesteps", 1000), "shift": shift}
@@ -359,6 +375,7 @@ class WanPipeline:
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
         progress: bool | Progress = True,
+        schedule: str | None = None,
     ) -> VideoOutput:
         """Generate videos.
 
@@ -373,6 +390,8 @@ class WanPipeline:
           guidance_scale: CFG scale; guidance is off at 1.0 or below.
           flow_shift: sigma shift; default the checkpoint scheduler's.
           sampler: "unipc" (default for Wan checkpoints) or "euler".
+          schedule: UniPC's sigma grid, "original" (the Wan repository's) or "diffusers"; None: the
+            checkpoint layout's own (see :meth:`make_scheduler`).
           seed: PRNG seed of the initial noise (drawn once for the whole latent).
           latents: explicit initial latents float32 ``(B, 16, (F-1)/4+1, H/8, W/8)`` instead of noise.
           output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
@@ -402,8 +421,10 @@ class WanPipeline:
                  height // VAE_SCALE_SPATIAL, width // VAE_SCALE_SPATIAL)
         if latents is not None and tuple(latents.shape) != shape:
             raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} for these sizes")
-        # Host-side tables first: a token grid beyond rope_max_seq_len fails before any noise is drawn.
+        # Host-side tables and the sampler first: a token grid beyond rope_max_seq_len or a bad sampler fails before
+        # any compute.
         cos, sin = rope_tables(self.transformer_cfg, shape)
+        scheduler = self.make_scheduler(sampler, flow_shift, schedule)
         progress = as_progress(progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
@@ -415,7 +436,6 @@ class WanPipeline:
             jax.block_until_ready(context)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
-        scheduler = self.make_scheduler(sampler, flow_shift)
         state = scheduler.set_timesteps(num_inference_steps)
         if latents is None:
             x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
@@ -615,6 +635,9 @@ WAN_UNIPC = {
     "disable_corrector": [],
     "thresholding": False,
 }
+
+# make_scheduler's schedule values and the UniPC sigma_grid each selects (vidax.schedulers.unipc).
+SCHEDULE_GRIDS = {"diffusers": "diffusers", "original": "wan"}
 
 
 def _cfg_step(params, latents, timestep, context, cos, sin, guidance_scale, *, cfg, attention_impl, guided,

@@ -483,6 +483,7 @@ class WanImageToVideoPipeline(WanPipeline):
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
         progress: bool | Progress = True,
+        schedule: str | None = None,
     ) -> VideoOutput:
         """Generate videos, from an image (I2V), two images (FLF2V) or text alone (T2V).
 
@@ -497,7 +498,7 @@ class WanImageToVideoPipeline(WanPipeline):
             or 480 x 832 without an image. Rounded down to multiples of :attr:`size_multiple` with a warning.
           max_area: target pixel count for the image rule (default 480 * 832).
           num_frames: ``4k + 1`` frames (others are rounded down with a warning, as the reference does).
-          num_inference_steps, flow_shift, sampler, seed: as :meth:`WanPipeline.__call__`.
+          num_inference_steps, flow_shift, sampler, seed, schedule: as :meth:`WanPipeline.__call__`.
           guidance_scale: CFG scale (of the high-noise expert for A14B); guidance is off at 1.0 or below.
           guidance_scale_2: the low-noise expert's scale (A14B only; default ``guidance_scale``).
           latents: explicit initial noise float32 ``(B, z, (F-1)/4+1, H/f, W/f)``.
@@ -550,8 +551,10 @@ class WanImageToVideoPipeline(WanPipeline):
         shape = (b, self.latent_channels, (num_frames - 1) // TEMPORAL + 1, height // f, width // f)
         if latents is not None and tuple(latents.shape) != shape:
             raise ValueError(f"latents have shape {tuple(latents.shape)}, expected {shape} for these sizes")
-        # Host-side tables first: a token grid beyond rope_max_seq_len fails before anything is computed.
+        # Host-side tables and the sampler first: a token grid beyond rope_max_seq_len or a bad sampler fails before
+        # anything is computed.
         cos, sin = rope_tables(tcfg, (b, tcfg.in_channels, *shape[2:]))
+        scheduler = self.make_scheduler(sampler, flow_shift, schedule)
         progress = as_progress(progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
@@ -585,7 +588,6 @@ class WanImageToVideoPipeline(WanPipeline):
                 jax.block_until_ready(condition)
             metrics["vae_encode_s"] = time.perf_counter() - t0
 
-        scheduler = self.make_scheduler(sampler, flow_shift)
         state = scheduler.set_timesteps(num_inference_steps)
         boundary = boundary_timestep(self.boundary_ratio, scheduler.num_train_timesteps)
         if latents is None:
