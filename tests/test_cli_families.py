@@ -350,3 +350,59 @@ def test_plan_defaults_to_this_machine(monkeypatch, capsys):
     assert seen["devices"] == 4 and seen["memory_bytes"] == 30 << 30
     with pytest.raises(SystemExit):  # a family without a planner offers no preset to plan
         main(["plan", "--preset", "ltx-video-0.9.8-2b-distilled"])
+
+
+# -- found by a new-user trial ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--memory-gb", "4"], "--memory-gb and --reserve-gb set the budget of --auto-split"),
+    (["--out", ""], "--out is empty; pass an mp4 path"),
+])
+def test_flags_without_effect_are_refused(family_folders, tmp_path, capsys, no_loading, flags, message):
+    folder, _ = family_folders["wan-t2v"]
+    args = ["generate", "--checkpoint", str(folder), "--prompt", "a", "--height", "32", "--width", "32",
+            "--num-frames", "5"]
+    if "--out" not in flags:
+        args += ["--out", str(tmp_path / "x.mp4")]
+    assert main(args + flags) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_timesteps_with_a_missing_value_are_refused(family_folders, capsys):
+    folder, _ = family_folders["ltx-video"]
+    with pytest.raises(SystemExit):
+        main(["generate", "--checkpoint", str(folder), "--prompt", "a", "--timesteps", "1000,,5"])
+    assert "comma-separated numbers" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_folder_holding_another_checkpoint(family_folders, tmp_path, capsys):
+    ltx, _ = family_folders["ltx-video"]
+    shutil.copytree(ltx, tmp_path / "c" / "wan2.1-t2v-demo")
+    assert main(["demo", "wan", "--checkpoint-dir", str(tmp_path / "c"), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "holds an LTX-Video checkpoint that is not the wan t2v demo" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["demo", "wan", "--checkpoint-dir", str(tmp_path / "file"), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "--checkpoint-dir" in capsys.readouterr().err
+
+
+def test_convert_refuses_and_inspect_flags_what_would_not_load(family_folders, tmp_path, capsys):
+    folder, _ = family_folders["cogvideox"]
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "tokenizer" / "tokenizer.json").write_text("{")
+    assert main(["convert", str(broken), str(tmp_path / "conv")]) == 2
+    assert "would not load, so it is not converted" in capsys.readouterr().err
+    assert not (tmp_path / "conv").exists()
+    shutil.rmtree(broken / "vae")
+    assert main(["inspect", str(broken)]) == 1  # a part missing: it would not load
+    assert "missing its vae folder" in capsys.readouterr().out
+
+
+def test_a_call_follows_from_pretrained_progress(family_folders, capsys):
+    folder, _ = family_folders["ltx-video"]
+    pipe = registry.load_pipeline(folder, dtype="float32", progress=False)
+    pipe("a", height=64, width=64, num_frames=9, num_inference_steps=1)
+    assert "denoising" not in capsys.readouterr().err
+    pipe("a", height=64, width=64, num_frames=9, num_inference_steps=1, progress=True)
+    assert "denoising" in capsys.readouterr().err

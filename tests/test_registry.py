@@ -224,7 +224,7 @@ def test_load_pipeline_picks_the_folder_task_and_refuses_others(tmp_path):
 
     folder = write_demo_checkpoint(tmp_path / "i2v", variant="5b-i2v")
     assert isinstance(vidax.load_pipeline(folder, dtype="float32", progress=False), CogVideoXImageToVideoPipeline)
-    with pytest.raises(ValueError, match="image-to-video checkpoint .*pass --image"):
+    with pytest.raises(ValueError, match="image-to-video checkpoint .*pass the first frame \\(--image; image= in Python"):
         vidax.load_pipeline(folder, task="t2v")
 
 
@@ -245,7 +245,8 @@ def test_presets_table_lists_every_preset(capsys):
     for name, (fam, p) in registry.presets().items():
         row = next(line for line in text.splitlines() if line.startswith(name + " "))
         s = p.settings()
-        assert fam.name in row and f"{s['width']}x{s['height']}" in row and p.dtype in row
+        size = f"image at {s['max_area']:,} px" if s.get("max_area") else f"{s['width']}x{s['height']}"
+        assert fam.name in row and size in row and p.dtype in row and f" {s['num_inference_steps']} " in row
 
 
 def test_common_metrics_are_complete():

@@ -32,9 +32,7 @@ _OFFLOAD_FLAGS = (("--offload-chunk", "offload_chunk"), ("--offload-serial", "of
 _PLANNER_FLAGS = (("--auto-split", "auto_split"), ("--memory-gb", "memory_gb"), ("--reserve-gb", "reserve_gb"))
 
 
-def _an(word: str) -> str:
-    """``word`` with its indefinite article, as spoken (an MP4, a video)."""
-    return f"an {word}" if word[:1].upper() in "AEIOUFHLMNRSX" else f"a {word}"
+_an = registry._an  # ``word`` with its indefinite article, as spoken (an MP4, a video)
 
 
 def _by_family(values: dict[str, Any], unit: str = "") -> str:
@@ -219,7 +217,8 @@ def _parser() -> argparse.ArgumentParser:
     demo_names = ", ".join(registry.demos())
     d = sub.add_parser("demo", help="write a tiny random-weight checkpoint and generate a small video from it",
                        description="NAME is a family or a model within one (" + demo_names + "); TASK one of "
-                                   + ", ".join(registry.TASKS) + ". The checkpoint is written under --checkpoint-dir "
+                                   + ", ".join(dict.fromkeys(t for _, d in registry.demos().values() for t in d.tasks))
+                                   + ". The checkpoint is written under --checkpoint-dir "
                                    "if absent, the video to --out-dir. Random weights: the video is structured noise.")
     d.add_argument("name", nargs="?", default=fams[0].demos[0].name if fams and fams[0].demos else None,
                    metavar="NAME[/TASK]", help=f"default: {fams[0].demos[0].name if fams and fams[0].demos else ''}")
@@ -258,9 +257,12 @@ def _refuse_flags(args, fam: registry.Family) -> None:
     if fam.plan is None:
         given += [flag for flag, attr in _PLANNER_FLAGS if getattr(args, attr) not in (None, False)]
     if given:
-        own = [s.flag for s in fam.settings]
-        raise ValueError(f"{' '.join(given)}: not used by {fam.display}; leave them out"
-                         + (f" ({fam.display}'s own settings: {', '.join(own)})" if own else ""))
+        own = [s.flag for s in fam.settings] + [f for f, _ in _PLANNER_FLAGS if fam.plan is not None]
+        raise ValueError(f"{' '.join(given)}: not used by {fam.display}; leave {'them' if len(given) > 1 else 'it'} "
+                         "out" + (f" ({fam.display}'s own settings: {', '.join(own)})" if own else ""))
+    if not args.auto_split and (args.memory_gb is not None or args.reserve_gb is not None):
+        raise ValueError("--memory-gb and --reserve-gb set the budget of --auto-split; pass --auto-split too, or leave "
+                         "them out")
     for s in fam.settings:
         value = getattr(args, s.name, None)
         if value is not None and s.choices and value not in s.choices:
@@ -405,6 +407,8 @@ def check_outputs(args, default: str = "outputs/video.mp4") -> Path:
       ValueError: ``--out`` not ending in ``.mp4``, either path an existing folder or inside a file, a missing or
         unwritable folder, or both flags naming the same file.
     """
+    if args.out is not None and not args.out.strip():
+        raise ValueError(f"--out is empty; pass an mp4 path, e.g. {default}")
     out = Path(args.out if args.out is not None else default).expanduser()
     mkdir = args.mkdir or args.out is None
     if out.suffix.lower() != ".mp4":  # (".mp4" alone is a hidden file without a suffix)
@@ -531,14 +535,16 @@ def plan(args) -> int:
             budget = host_memory_bytes() // jax.local_device_count()
             note = f" (this host's memory over its {jax.local_device_count()} device(s); --memory-gb for another)"
     settings = preset.settings()
-    print(f"planning {preset.name} on {devices} devices, budget {format_bytes(budget)} per device{note} ...",
-          flush=True)
+    print(f"planning {preset.name} on {devices} device{'s' if devices > 1 else ''}, budget {format_bytes(budget)} "
+          f"per device{note} ...", flush=True)
     result = fam.plan.plan(cfg, height=args.height or settings["height"], width=args.width or settings["width"],
                            num_frames=args.num_frames or settings["num_frames"], dtype=args.dtype or preset.dtype,
                            devices=devices, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb),
                            guided=settings["guidance_scale"] > 1.0, chunks=chunks, overlap=not args.serial,
                            model=preset.model, log=lambda line: print(line, flush=True))
     print(result.report())
+    print("(the transformer step only: the text encoder and the VAE are not counted; keep room for them with "
+          "--reserve-gb, or free the text encoder: --text-encoder-residency free)")
     paper = Split(1, preset.tp, preset.sp, getattr(preset, "offload_chunk", None))
     row = next((e for e in result.estimates if e.split == paper and e.error is None), None)
     if row is not None and devices == preset.tp * preset.sp:
@@ -577,6 +583,12 @@ def convert(args) -> int:
     dst = Path(args.dst).expanduser()
     if not dst.exists():  # (an existing one: the converter's own error)
         _check_writable(dst, "destination")
+    from vidax.checkpoint.inspect import MISMATCH
+
+    problems = [line.strip() for line in fam.inspect(src) if MISMATCH in line]
+    if problems:  # the converted folder would not load either (a corrupt tokenizer is copied, not translated)
+        raise ValueError(f"{src} would not load, so it is not converted (`vidax inspect {src}` details it): "
+                         + "; ".join(problems[:3]))
     s = fam.convert(src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype, vae_dtype=args.vae_dtype)
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
     dtypes = ", ".join(f"{k} {v}" for k, v in s["dtypes"].items())
@@ -594,8 +606,10 @@ def presets(args) -> int:
                                                                              kv[0])):
         s = p.settings()
         mesh = f"tp{p.tp} sp{p.sp}" + (f" offload {p.offload_chunk}" if getattr(p, "offload_chunk", None) else "")
-        other = ", ".join(f"{k}={_short(v)}" for k, v in s.items() if k not in common and v is not None)
-        size = f"{s['width']}x{s['height']}" + (" (area of the image)" if s.get("max_area") else "")
+        hidden = common | {"max_area", fam.fps_setting}  # shown in their own columns
+        other = ", ".join(f"{k}={_short(v)}" for k, v in s.items() if k not in hidden and v is not None)
+        # Image rows take the image's aspect ratio at an area (their width x height is an example image's).
+        size = f"image at {s['max_area']:,} px" if s.get("max_area") else f"{s['width']}x{s['height']}"
         rows.append((name, fam.name, p.model, p.task, size, str(s["num_frames"]), str(s["num_inference_steps"]),
                      f"{s['guidance_scale']:g}", p.dtype, f"{p.fps:g}", mesh, other))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -613,27 +627,41 @@ def _short(v: Any) -> str:
 def demo(args) -> int:
     """``vidax demo [NAME[/TASK]]``: write the demo checkpoint if absent, generate a small video from it, print the
     summary line."""
+    from vidax.checkpoint.demo import demo_frames
+    from vidax.checkpoint.errors import CheckpointError
     from vidax.core.images import load_image
     from vidax.core.progress import Progress
-    from vidax.checkpoint.demo import demo_frames
 
     if args.name is None:
         raise ValueError("no demo is registered")
     fam, spec, task = registry.find_demo(args.name)
     enable_compile_cache(args)
-    folder = Path(args.checkpoint_dir).expanduser() / spec.folder(task)
+    ckpt_dir = Path(args.checkpoint_dir).expanduser()
+    folder = ckpt_dir / spec.folder(task)
     out_dir = Path(args.out_dir).expanduser()
     stem = f"{spec.name}-{task}"
-    args.out, args.metrics_json, args.mkdir = str(out_dir / f"{stem}.mp4"), str(out_dir / f"{stem}.json"), True
-    out = check_outputs(args)
+    out, args.metrics_json = out_dir / f"{stem}.mp4", str(out_dir / f"{stem}.json")
+    for path in (out, Path(args.metrics_json)):
+        _check_writable(path, "--out-dir")
     say = (lambda text: None) if args.quiet else print
-    if (folder / "model_index.json").is_file():
+    if folder.exists():
+        if not (folder / "model_index.json").is_file():
+            raise ValueError(f"{folder} exists but holds no checkpoint (no model_index.json); remove it")
+        try:
+            claimed = registry.family_of(folder)
+        except CheckpointError as e:
+            raise ValueError(f"{folder} holds something else than the {spec.name} demo ({e}); remove it") from None
+        if claimed is not fam or task not in fam.folder_tasks(folder):
+            raise ValueError(f"{folder} holds {registry._an(claimed.display)} checkpoint that is not the {spec.name} "
+                             f"{task} demo; remove it, or pass another --checkpoint-dir")
         say(f"{folder}: demo checkpoint present")
     else:
-        if folder.exists():
-            raise ValueError(f"{folder} exists but holds no checkpoint (no model_index.json); remove it")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        spec.write(folder, task)
+        try:
+            _check_writable(ckpt_dir / ".probe", "--checkpoint-dir")
+            spec.write(folder, task)
+        except OSError as e:
+            raise ValueError(f"--checkpoint-dir {ckpt_dir}: cannot write the demo checkpoint there "
+                             f"({e.strerror or e}); choose another folder") from None
         say(f"{folder}: wrote the {spec.name} demo checkpoint (tiny, RANDOM weights: the video is structured noise)")
     if spec.note:
         say(f"{spec.name}: {spec.note}")
@@ -661,6 +689,14 @@ def demo(args) -> int:
 
 
 # -- main ------------------------------------------------------------------------
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -691,6 +727,9 @@ def main(argv: list[str] | None = None) -> int:
         handler = signal.signal(signal.SIGTERM, _terminated)
     try:
         return commands[args.command](args)
+    except BrokenPipeError:  # the reader of our output went away (`vidax inspect ... | head`)
+        _quiet_stdout()
+        return 141
     # CheckpointError is a ValueError; OSError: missing or existing files; FloatingPointError: a NaN video.
     except (ValueError, OSError, FloatingPointError) as e:
         print(f"vidax: error: {e}", file=sys.stderr)
@@ -701,9 +740,6 @@ def main(argv: list[str] | None = None) -> int:
     except _Terminated:
         print("vidax: terminated; no output was written", file=sys.stderr)
         return 143
-    except BrokenPipeError:  # the reader of our output went away (`vidax inspect ... | head`)
-        sys.stderr.close()
-        return 141
     finally:
         warnings.showwarning = shown
         if handler is not None:

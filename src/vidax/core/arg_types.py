@@ -71,7 +71,10 @@ def directory(text: str) -> str:
 
 def timesteps(text: str) -> tuple[float, ...]:
     """Comma-separated timesteps in ``[0, 1000]`` (``1000,993,987``)."""
-    values = tuple(float(v) for v in text.split(",") if v.strip())
+    items = text.strip().rstrip(",").split(",")
+    if any(not v.strip() for v in items):  # "1000,,5": a missing value, not two steps
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers in [0, 1000], got {text!r}")
+    values = tuple(float(v) for v in items)
     if not values or not all(math.isfinite(v) and 0 <= v <= 1000 for v in values):
         raise argparse.ArgumentTypeError(f"must be comma-separated numbers in [0, 1000], got {text!r}")
     return values

@@ -28,11 +28,11 @@ from typing import Any, Protocol
 
 from vidax.checkpoint.errors import CheckpointError
 
-#: The tasks a family may run, with what each takes besides the prompt.
+#: The tasks a family may run.
 TASKS: dict[str, str] = {
     "t2v": "text-to-video",
-    "i2v": "image-to-video (--image: the first frame)",
-    "flf2v": "first-last-frame-to-video (--image and --last-image)",
+    "i2v": "image-to-video",
+    "flf2v": "first-last-frame-to-video",
     "v2v": "video-to-video",
 }
 
@@ -303,11 +303,18 @@ def inspect(path: str | os.PathLike) -> list[str]:
     refusal = None
     if path.is_dir():
         try:
-            return family_of(path).inspect(path)
+            fam = family_of(path)
         except CheckpointError as e:
             if not any(any(path.glob(f"*.{ext}")) for ext in ("safetensors", "bin", "pth", "pt")):
                 raise
-            refusal = e
+            fam, refusal = None, e
+        if fam is not None:
+            try:
+                return fam.inspect(path)
+            except CheckpointError as e:  # a family's folder with a part missing: it would not load
+                from vidax.checkpoint.inspect import MISMATCH
+
+                return [f"{path}: {fam.display} checkpoint", f"  {MISMATCH}: {e}"]
     best: tuple[float, list[str]] | None = None
     for fam in families():
         if fam.inspect_component is not None:
@@ -372,6 +379,10 @@ def task_for_inputs(image: Any = None, last_image: Any = None) -> str:
     return "i2v" if image is not None else "t2v"
 
 
+def _an(word: str) -> str:
+    return f"an {word}" if word[:1].upper() in "AEIOUFHLMNRSX" else f"a {word}"
+
+
 def check_task(fam: Family, folder: Path, task: str) -> tuple[str, ...]:
     """Check that ``folder`` (a ``fam`` checkpoint) runs ``task``; returns the tasks it runs.
 
@@ -382,10 +393,12 @@ def check_task(fam: Family, folder: Path, task: str) -> tuple[str, ...]:
     if task in runs:
         return runs
     if runs and all(t != "t2v" for t in runs) and task == "t2v":
-        raise ValueError(f"{folder} is a {fam.display} image-to-video checkpoint ({', '.join(runs)}): pass --image "
-                         "(the first frame; image= in Python)")
-    raise ValueError(f"{folder} is a {fam.display} checkpoint that runs {', '.join(runs)}, not {task} "
-                     f"({TASKS.get(task, task)})")
+        raise ValueError(f"{folder} is {_an(fam.display)} image-to-video checkpoint ({', '.join(runs)}): pass the "
+                         "first frame (--image; image= in Python)")
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; tasks: {', '.join(TASKS)} ({folder} runs {', '.join(runs)})")
+    raise ValueError(f"{folder} is {_an(fam.display)} checkpoint that runs {', '.join(runs)}, not {task} "
+                     f"({TASKS[task]})")
 
 
 def load_pipeline(folder: str | os.PathLike, task: str | None = None, **runtime: Any):

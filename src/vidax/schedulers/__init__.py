@@ -214,7 +214,13 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
     unknown = sorted(k for k in cfg if not k.startswith("_") and k not in args and k not in required and k not in ignored)
     if unknown:
         warnings.warn(f"{name}: ignoring unknown scheduler config keys {unknown}", stacklevel=2)
+    for key, (arg, default) in args.items():
+        # A number where the reference has one (a string there fails far inside the sampler, naming nothing).
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and key in cfg:
+            value = cfg[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name}: option {key}={value!r} must be a number (diffusers' default: {default!r})")
     try:
         return cls(**kwargs)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         raise ValueError(f"{name}: {e}") from None

@@ -46,7 +46,8 @@ def _convert(src: Path, dst: Path, **dtypes) -> dict:
 
 
 #: The image-to-video demo's learned position table (CogVideoX-5B-I2V has one: it generates at exactly its
-#: training size, 480x720 for the release); the tiny demo's table is 8x12 latents, i.e. 64x96 pixels.
+#: training size, 720x480 (width x height) for the release); the tiny demo's table is 12x8 latents, i.e. 96x64
+#: pixels.
 I2V_DEMO_TABLE = dict(sample_height=8, sample_width=12)
 
 
@@ -86,7 +87,7 @@ FAMILY = Family(
     demos=(Demo("cogvideox", ("t2v", "i2v"), _write_demo, _demo_settings,
                 lambda task: "cogvideox-5b-i2v-demo" if task == "i2v" else "cogvideox-5b-demo",
                 note="CogVideoX-5B-style (3D RoPE); its I2V model has a learned position table, so the image-to-video "
-                     "demo generates at exactly that table's size: 64x96"),),
+                     "demo generates at exactly that table's size: 96x64 (width x height)"),),
     folder_tasks=_tasks,
     inspect=_inspect,
     convert=_convert,

@@ -172,6 +172,7 @@ class CogVideoXPipeline:
         self.rules = rules
         self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
+        self.progress: bool | Progress = True  # the calls' default (from_pretrained's progress)
         self._attention_ran: str | None = None
 
     @property
@@ -270,6 +271,7 @@ class CogVideoXPipeline:
                                      keep=keep_resident(text_encoder_residency))
         pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, cvae.ENCODER_PARTS))
         pipe.load_seconds = time.perf_counter() - t0
+        pipe.progress = progress
         return pipe
 
     # -- stages ----------------------------------------------------------
@@ -326,7 +328,7 @@ class CogVideoXPipeline:
         step_noise: Callable[[int], np.ndarray] | None = None,
         vae_tiling: cvae.VAETiling | bool | None = None,
         output_type: str = "uint8",
-        progress: bool | Progress = True,
+        progress: bool | Progress | None = None,
     ) -> VideoOutput:
         """Generate videos.
 
@@ -407,7 +409,7 @@ class CogVideoXPipeline:
         if step_noise is not None and not stochastic:
             raise ValueError("step_noise is for the DPM sampler; this run uses DDIM")
         tiling = cvae.VAETiling() if vae_tiling is True else (vae_tiling or None)
-        progress = as_progress(progress)
+        progress = as_progress(self.progress if progress is None else progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()
@@ -637,7 +639,7 @@ class CogVideoXImageToVideoPipeline(CogVideoXPipeline):
         image_noise: np.ndarray | None = None,
         vae_tiling: cvae.VAETiling | bool | None = None,
         output_type: str = "uint8",
-        progress: bool | Progress = True,
+        progress: bool | Progress | None = None,
     ) -> VideoOutput:
         """Generate videos that start from ``image``.
 

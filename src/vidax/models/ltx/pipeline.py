@@ -210,6 +210,7 @@ class LTXPipeline:
         self._step = jax.jit(ltx_step.cfg_step,
                              static_argnames=("cfg", "attention_impl", "guided", "rescale", "mesh", "rules"))
         self.load_seconds = 0.0
+        self.progress: bool | Progress = True  # the calls' default (from_pretrained's progress)
         self._attention_ran: str | None = None
 
     @property
@@ -284,6 +285,7 @@ class LTXPipeline:
                                      keep=keep_resident(text_encoder_residency))
         pipe.vae_encoder = OnDemand(lambda: ckpt.load_vae(vcfg, vae_dtype, lvae.ENCODER_PARTS))
         pipe.load_seconds = time.perf_counter() - t0
+        pipe.progress = progress
         return pipe
 
     # -- stages ----------------------------------------------------------
@@ -427,7 +429,7 @@ class LTXPipeline:
         decoder_noise=None,
         vae_tiling: lvae.LTXVideoTiling | bool | None = None,
         output_type: str = "uint8",
-        progress: bool | Progress = True,
+        progress: bool | Progress | None = None,
     ) -> VideoOutput:
         """Generate videos, from text alone or conditioned on images / videos (:mod:`vidax.models.ltx.conditioning`).
 
@@ -463,7 +465,8 @@ class LTXPipeline:
           vae_tiling: decode in tiles: True (the reference's ``enable_tiling()`` defaults), a
             :class:`~vidax.models.ltx.vae.LTXVideoTiling`, or None/False (untiled).
           output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
-          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing).
+          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing); default:
+            ``from_pretrained``'s.
 
         Returns:
           :class:`vidax.video.VideoOutput`: frames ``(B, F, H, W, 3)`` at ``frame_rate``, normalised latents,
@@ -516,7 +519,7 @@ class LTXPipeline:
         rescale = guided and guidance_rescale > 0.0
         check_parallel(tcfg, self.mesh, self.rules, batch=2 * b if guided else b)
         max_len = max_sequence_length or MAX_SEQUENCE_LENGTH.get(self.pipeline_class, 128)
-        progress = as_progress(progress)
+        progress = as_progress(self.progress if progress is None else progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()

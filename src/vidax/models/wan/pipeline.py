@@ -151,6 +151,7 @@ class WanPipeline:
         # One jitted step per pipeline, so its compilation count is observable (tests) and per run.
         self._step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
         self.load_seconds = 0.0
+        self.progress: bool | Progress = True  # the calls' default (from_pretrained's progress)
         # Chunked blocks (offloading, or the host block loop): transformer_params then holds only the
         # parameters outside the blocks, and offload the blocks (vidax.core.offload.OffloadedStack).
         self.offload = offload
@@ -259,6 +260,7 @@ class WanPipeline:
             pipe = cls._load(ckpt, tcfg, mesh, plan, dtype, text_encoder_dtype, vae_dtype, attention,
                              text_encoder_residency, offload_overlap, stage)
         pipe.load_seconds = time.perf_counter() - t0
+        pipe.progress = progress
         return pipe
 
     @classmethod
@@ -342,6 +344,10 @@ class WanPipeline:
                              "or None (the checkpoint's own)")
         config = dict(self.scheduler_config)
         configured_shift = config.get("flow_shift", config.get("shift", 1.0))
+        if flow_shift is None and (isinstance(configured_shift, bool) or not isinstance(configured_shift, (int, float))
+                                   or not configured_shift > 0):
+            raise ValueError(f"{self.folder / 'scheduler' / 'scheduler_config.json'}: flow_shift={configured_shift!r} "
+                             "must be a positive number (3.0 at 480p, 5.0 at 720p)")
         shift = float(flow_shift if flow_shift is not None else configured_shift)
         if sampler is None:
             sampler = "euler" if config.get("_class_name") == "FlowMatchEulerDiscreteScheduler" else "unipc"
@@ -374,7 +380,7 @@ class WanPipeline:
         seed: int = 0,
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
-        progress: bool | Progress = True,
+        progress: bool | Progress | None = None,
         schedule: str | None = None,
     ) -> VideoOutput:
         """Generate videos.
@@ -395,7 +401,8 @@ class WanPipeline:
           seed: PRNG seed of the initial noise (drawn once for the whole latent).
           latents: explicit initial latents float32 ``(B, 16, (F-1)/4+1, H/8, W/8)`` instead of noise.
           output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
-          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing).
+          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing); default:
+            ``from_pretrained``'s.
 
         Returns:
           :class:`vidax.video.VideoOutput`: frames ``(B, F, H, W, 3)`` at 16 fps, latents ``(B, 16, T, H/8, W/8)``,
@@ -425,7 +432,7 @@ class WanPipeline:
         # any compute.
         cos, sin = rope_tables(self.transformer_cfg, shape)
         scheduler = self.make_scheduler(sampler, flow_shift, schedule)
-        progress = as_progress(progress)
+        progress = as_progress(self.progress if progress is None else progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()

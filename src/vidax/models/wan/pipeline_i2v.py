@@ -399,7 +399,8 @@ class WanImageToVideoPipeline(WanPipeline):
                 raise ValueError(f"{name}={v} must be a positive integer")
         if num_frames % TEMPORAL != 1:
             rounded = max(num_frames // TEMPORAL * TEMPORAL + 1, 1)
-            warnings.warn(f"num_frames - 1 must be divisible by {TEMPORAL}; rounding num_frames={num_frames} down to "
+            way = "down to" if rounded < num_frames else "up to"
+            warnings.warn(f"num_frames - 1 must be divisible by {TEMPORAL}; rounding num_frames={num_frames} {way} "
                           f"{rounded} (as the reference does)", UserWarning, stacklevel=3)
             num_frames = rounded
         m = self.size_multiple
@@ -482,7 +483,7 @@ class WanImageToVideoPipeline(WanPipeline):
         seed: int = 0,
         latents: np.ndarray | None = None,
         output_type: str = "uint8",
-        progress: bool | Progress = True,
+        progress: bool | Progress | None = None,
         schedule: str | None = None,
     ) -> VideoOutput:
         """Generate videos, from an image (I2V), two images (FLF2V) or text alone (T2V).
@@ -503,7 +504,8 @@ class WanImageToVideoPipeline(WanPipeline):
           guidance_scale_2: the low-noise expert's scale (A14B only; default ``guidance_scale``).
           latents: explicit initial noise float32 ``(B, z, (F-1)/4+1, H/f, W/f)``.
           output_type: "uint8" or "float".
-          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing).
+          progress: show each stage's progress (:class:`vidax.core.progress.Progress`; False: nothing); default:
+            ``from_pretrained``'s.
 
         Returns:
           :class:`vidax.video.VideoOutput`: frames ``(B, F, H, W, 3)`` at :attr:`fps`; metrics
@@ -555,7 +557,7 @@ class WanImageToVideoPipeline(WanPipeline):
         # anything is computed.
         cos, sin = rope_tables(tcfg, (b, tcfg.in_channels, *shape[2:]))
         scheduler = self.make_scheduler(sampler, flow_shift, schedule)
-        progress = as_progress(progress)
+        progress = as_progress(self.progress if progress is None else progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds}
 
         t0 = time.perf_counter()
