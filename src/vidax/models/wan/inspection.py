@@ -6,7 +6,6 @@ import json
 import os
 from pathlib import Path
 
-from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.inspect import (MISMATCH, best_keymap, checked, component_lines, format_summary, scheduler_lines,
                                      summarize, tokenizer_lines, unknown_keys)
 from vidax.checkpoint.reader import CheckpointReader
@@ -75,28 +74,18 @@ def _image_encoder_lines(ckpt) -> list[str]:
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
-    """Describe a Wan checkpoint folder (any layout) or a single component file/folder.
+    """Describe a Wan checkpoint folder (any layout); a lone component is :func:`inspect_component`'s
+    (:func:`vidax.models.registry.inspect` chooses).
 
     Returns:
       report lines: detected model and layout, per component the tensor count, parameter
-      count, bytes, dtypes, name patterns with shapes, and the keys our key maps do not know.
+      count, bytes, dtypes, name patterns with shapes, the keys our key maps do not know, and whether it loads.
 
     Raises:
-      CheckpointError: the path does not exist, or no known component matches it.
+      CheckpointError: see :func:`vidax.models.wan.layout.resolve_checkpoint`.
     """
     path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: not found")
-    ckpt = None
-    if path.is_dir():
-        try:
-            ckpt = resolve_checkpoint(path)
-        except CheckpointError:
-            if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")) and not any(path.glob("*.pth")):
-                raise  # not a component folder either: the layout error says what was expected
-    if ckpt is not None:
-        return _folder_lines(path, ckpt)
-    return inspect_component(path)[1]
+    return _folder_lines(path, resolve_checkpoint(path))
 
 
 def _folder_lines(path: Path, ckpt) -> list[str]:
