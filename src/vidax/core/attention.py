@@ -207,10 +207,13 @@ def _note(impl: AttentionImpl) -> None:
         seen.add(impl.value)
 
 
-def ran_label(seen: set, requested: AttentionImpl | str) -> str:
+def ran_label(seen: set, requested: AttentionImpl | str, previous: str | None = None) -> str:
     """The ``attention`` metric: the implementations that ran (``"cpu_flash"``, or ``"chunked+cpu_flash"`` when
-    some calls fell back), or the resolved request when nothing was traced this time."""
-    return "+".join(sorted(seen)) if seen else resolve_implementation(requested).value
+    some calls fell back); when nothing was traced this time (the step came from JAX's trace cache), ``previous``
+    (what the last trace recorded), else the resolved request."""
+    if seen:
+        return "+".join(sorted(seen))
+    return previous if previous is not None else resolve_implementation(requested).value
 
 
 def query_chunks(sq: int, query_chunk_size: int) -> tuple[int, int]:

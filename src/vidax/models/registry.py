@@ -22,7 +22,7 @@ import importlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -447,4 +447,3 @@ class Plan:
 
     architecture: Callable[[Any, Path | None], Any]
     plan: Callable[..., Any]
-    notes: dict[str, Any] = field(default_factory=dict)

@@ -449,9 +449,7 @@ class CogVideoXPipeline:
             with progress.stage("compiling"), recording() as ran:
                 compiled = self.compile_step(self.transformer_params, x, t_abstract, context, positions, g_first, cond,
                                              ofs, guided=guided)
-            if ran or self._attention_ran is None:
-                self._attention_ran = ran_label(ran, self.attention)
-            metrics["attention"] = self._attention_ran
+            self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics["compile_s"] = time.perf_counter() - t0
             metrics.update(self._block_metrics())
 

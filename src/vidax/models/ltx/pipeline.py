@@ -556,9 +556,7 @@ class LTXPipeline:
             tb0 = to_mesh(jnp.zeros(t_shape, jnp.float32), self.mesh, self.rules)
             with progress.stage("compiling"), recording() as ran:
                 compiled = self.compile_step(x, tb0, context, lengths, cos, sin, g, gr, guided=guided, rescale=rescale)
-            if ran or self._attention_ran is None:
-                self._attention_ran = ran_label(ran, self.attention)
-            metrics["attention"] = self._attention_ran
+            self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics["compile_s"] = time.perf_counter() - t0
             metrics["block_loop"] = self.block_loop
             step_times = []

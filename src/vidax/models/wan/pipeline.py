@@ -460,7 +460,7 @@ class WanPipeline:
             t = self._to_mesh(np.zeros((b,), np.float32))[0]
             with progress.stage("compiling"), recording() as ran:
                 compiled = self.compile_step(self.transformer_params, x, t, context, cos, sin, g, guided=guided)
-            metrics["attention"] = self._attention_label(ran)
+            self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics.update(self._block_metrics())
             metrics["compile_s"] = time.perf_counter() - t0
 
@@ -495,12 +495,6 @@ class WanPipeline:
         """The frame rate of the model's videos: 24 for Wan2.2 TI2V-5B (its VAE), 16 for the others."""
         return 24 if self.vae_cfg.patch_size else 16
 
-    def _attention_label(self, ran: set) -> str:
-        """The ``attention`` metric: what the step's attention ran when last traced
-        (:func:`vidax.core.attention.ran_label`)."""
-        if ran or self._attention_ran is None:
-            self._attention_ran = ran_label(ran, self.attention)
-        return self._attention_ran
 
     def compilations(self) -> int:
         """How many times this pipeline has compiled its scanned step (``block_loop="scan"``; the host block

@@ -50,7 +50,7 @@ import numpy as np
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
-from vidax.core.attention import recording
+from vidax.core.attention import ran_label, recording
 from vidax.core.inputs import check_dtype, check_guidance, check_seed, prompt_batch
 from vidax.core.offload import OffloadedStack, block_plan
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, replicated
@@ -620,7 +620,7 @@ class WanImageToVideoPipeline(WanPipeline):
                 else:
                     compiled = self._compile_offloaded_video(x, condition, mask, t_arg, context, image_context, cos,
                                                              sin, scales[0], guided=guided, mode=mode)
-            metrics["attention"] = self._attention_label(ran)
+            self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics.update(self._block_metrics())
             metrics["compile_s"] = time.perf_counter() - t0
 
