@@ -669,9 +669,9 @@ def demo(args) -> int:
     dtype = settings.pop("dtype", "float32")
     image = last = None
     if task in ("i2v", "flf2v"):
-        first_path, last_path = demo_frames(out_dir, stem)
-        image = load_image(first_path, "demo image")
-        last = load_image(last_path, "demo last image") if task == "flf2v" else None
+        paths = demo_frames(out_dir, stem, 2 if task == "flf2v" else 1)
+        image = load_image(paths[0], "demo image")
+        last = load_image(paths[1], "demo last image") if task == "flf2v" else None
     registry.check_task(fam, folder, task)
     if fam.check is not None:
         fam.check(folder, task, {**fam.defaults, **settings})

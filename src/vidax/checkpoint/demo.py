@@ -66,9 +66,9 @@ def random_state_dict(keymap, specs: SpecTree, rng: np.random.Generator) -> dict
     return to_state_dict(random_params(specs, rng), keymap, specs)
 
 
-def demo_frames(folder, stem: str) -> tuple:
-    """Two conditioning frames for the image-to-video demos, drawn with Pillow (a sun low over hills at dusk, then
-    risen at noon) and written as PNGs into ``folder`` (created): ``(first, last)`` paths.
+def demo_frames(folder, stem: str, count: int = 2) -> tuple:
+    """Conditioning frames for the image-to-video demos, drawn with Pillow (a sun low over hills at dusk, then
+    risen at noon) and written as PNGs into ``folder`` (created): the first ``count`` of ``(first, last)`` paths.
 
     Written to a temporary name and renamed, as every output; existing files are kept.
     """
@@ -84,7 +84,7 @@ def demo_frames(folder, stem: str) -> tuple:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     scenes = (("first", (60, 50, 120), (250, 150, 60), 150), ("last", (110, 170, 235), (255, 240, 170), 50))
-    for name, sky, sun, y in scenes:
+    for name, sky, sun, y in scenes[:count]:
         path = folder / f"{stem}-{name}.png"
         paths.append(path)
         if path.is_file():
