@@ -9,10 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -304,6 +302,11 @@ def generate(args) -> int:
     from vidax.core.images import load_image
     from vidax.core.progress import Progress
 
+    from vidax.core.inputs import check_text
+
+    check_text(args.prompt, "--prompt")
+    if args.negative_prompt is not None:
+        check_text(args.negative_prompt, "--negative-prompt")
     enable_compile_cache(args)
     folder = Path(args.checkpoint).expanduser()
     fam = registry.family_of(folder)
@@ -370,29 +373,24 @@ def init_distributed(args) -> None:
 
 def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fps: float) -> bool:
     """Write the video (and metrics JSON) on process 0 only; other processes of a multi-host run
-    write nothing. Both go to temporary files renamed into place, the metrics before the video is published: a
-    failure leaves neither. Returns whether this process wrote."""
+    write nothing. Both are written to temporary files and published together (:class:`vidax.core.files.staged`):
+    a failure or a signal leaves neither, and an existing file of either name untouched. Returns whether this
+    process wrote."""
     import jax
 
-    from vidax.core.files import publish
-    from vidax.video import write_video
+    from vidax.core import signals
+    from vidax.core.files import staged
+    from vidax.video import check_frames, encode_video
 
     if jax.process_index() != 0:
         return False
-    tmp = None
-    try:
+    check_frames(frames, fps)
+    paths = [out] + ([Path(metrics_json)] if metrics_json else [])
+    # A signal recorded during the run (even one Python discarded) stops it here, before anything is published.
+    with staged(*paths, before_publish=signals.check, after_publish=signals.published) as tmps:
+        encode_video(frames, tmps[0], fps)
         if metrics_json:
-            path = Path(metrics_json)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(metrics, indent=2))
-        write_video(frames, out, fps=fps)
-        if tmp is not None:
-            publish(tmp, Path(metrics_json))
-            tmp = None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+            tmps[1].write_text(json.dumps(metrics, indent=2))
     return True
 
 
@@ -424,6 +422,19 @@ def check_outputs(args, default: str = "outputs/video.mp4") -> Path:
     return out
 
 
+#: Folders this run created for its outputs, deepest first per call; a failed run removes those left empty.
+_CREATED: list[Path] = []
+
+
+def _remove_created_folders() -> None:
+    for folder in sorted(set(_CREATED), key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()  # only if empty: an output or another run's file keeps it
+        except OSError:
+            pass
+    _CREATED.clear()
+
+
 def _check_writable(path: Path, flag: str, mkdir: bool = True) -> None:
     """Raise ValueError naming ``flag`` and ``path`` unless a file can be written at ``path`` (its folder created
     first with ``mkdir``)."""
@@ -437,7 +448,9 @@ def _check_writable(path: Path, flag: str, mkdir: bool = True) -> None:
                 raise NotADirectoryError(path)
             if not mkdir:
                 raise ValueError(f"{flag} {path}: the folder {parent} does not exist; create it or pass --mkdir")
+            missing = [parent, *(p for p in parent.parents if not p.exists())]
             parent.mkdir(parents=True, exist_ok=True)
+            _CREATED.extend(missing)  # removed again if the run fails (main)
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
         os.close(fd)
         os.unlink(probe)
@@ -589,7 +602,14 @@ def convert(args) -> int:
     if problems:  # the converted folder would not load either (a corrupt tokenizer is copied, not translated)
         raise ValueError(f"{src} would not load, so it is not converted (`vidax inspect {src}` details it): "
                          + "; ".join(problems[:3]))
-    s = fam.convert(src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype, vae_dtype=args.vae_dtype)
+    try:
+        s = fam.convert(src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
+                        vae_dtype=args.vae_dtype)
+    except OSError as e:
+        if isinstance(e, FileExistsError):
+            raise
+        raise ValueError(f"{dst}: writing the converted checkpoint failed ({e.strerror or e}"
+                         + (f": {e.filename}" if e.filename else "") + "); nothing was left there") from None
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
     dtypes = ", ".join(f"{k} {v}" for k, v in s["dtypes"].items())
     print(f"wrote {dst} ({fam.display}) from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}; "
@@ -704,46 +724,61 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"vidax: warning: {message}", file=file or sys.stderr)
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that ``finally`` blocks remove temporary outputs."""
+#: The longest error message printed (a message never echoes a file's contents at length).
+MAX_ERROR_CHARS = 4000
 
 
-def _terminated(signum, frame) -> None:
-    raise _Terminated()
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS] + " ... (message cut)"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a ``vidax`` command. Returns the exit status: 0 done, 1 ``inspect`` found a mismatch, 2 an error
     (one ``vidax: error:`` line naming the fix), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 the output
     pipe closed."""
-    args = _parser().parse_args(argv)
-    commands = {"generate": generate, "inspect": inspect, "plan": plan, "convert": convert, "demo": demo,
-                "presets": presets}
+    from vidax.core import signals
+
+    # SIGINT / SIGTERM end the run cleanly from here on (the `vidax` entry point installs them even earlier).
+    owned = not signals.installed() and signals.install()
     shown = warnings.showwarning
     warnings.showwarning = _show_warning
-    handler = None
-    if threading.current_thread() is threading.main_thread():
-        # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C, so temporary output files are removed.
-        handler = signal.signal(signal.SIGTERM, _terminated)
+    status = 2
     try:
-        return commands[args.command](args)
+        args = _parser().parse_args(argv)
+        commands = {"generate": generate, "inspect": inspect, "plan": plan, "convert": convert, "demo": demo,
+                    "presets": presets}
+        if args.command == "plan" and args.devices is not None:
+            _prepare_devices(args.devices)  # before JAX starts
+        if args.command != "presets":
+            with signals.deferred():  # native modules load uninterrupted (a signal there could crash the import)
+                import jax  # noqa: F401
+                import numpy  # noqa: F401
+        status = commands[args.command](args)
+        return status
+    except SystemExit as e:  # argparse: its usage line and message are printed already
+        status = e.code if isinstance(e.code, int) else 2
+        raise
     except BrokenPipeError:  # the reader of our output went away (`vidax inspect ... | head`)
         _quiet_stdout()
-        return 141
+        status = 141
+        return status
     # CheckpointError is a ValueError; OSError: missing or existing files; FloatingPointError: a NaN video.
     except (ValueError, OSError, FloatingPointError) as e:
-        print(f"vidax: error: {e}", file=sys.stderr)
+        print(f"vidax: error: {_bounded(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # nothing half-written: every output goes to a temporary file first
         print("vidax: interrupted; no output was written", file=sys.stderr)
         return 130
-    except _Terminated:
+    except signals.Terminated:
         print("vidax: terminated; no output was written", file=sys.stderr)
         return 143
     finally:
+        if status != 0:
+            _remove_created_folders()
+        _CREATED.clear()
         warnings.showwarning = shown
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
+        if owned:
+            signals.uninstall()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import tempfile
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -19,12 +18,12 @@ from typing import Any
 import av
 import numpy as np
 
-from vidax.core.files import publish
+from vidax.core.files import staged
 from vidax.core.inputs import check_finite_video
 
 
-def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf: int = 18) -> Path:
-    """Write ``frames`` as an H.264 (yuv420p) mp4.
+def write_video(frames: np.ndarray, path: str | os.PathLike, fps: float = 16, crf: int = 18) -> Path:
+    """Write ``frames`` as an H.264 (yuv420p) mp4, published atomically (:class:`vidax.core.files.staged`).
 
     Args:
       frames: uint8 ``(T, H, W, 3)`` RGB; ``H`` and ``W`` even (yuv420p).
@@ -39,6 +38,16 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf:
       ValueError: frames of the wrong shape or dtype, no frames, odd height/width, or an fps that is not a
         positive finite number; all before any file is created.
     """
+    check_frames(frames, fps)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with staged(path) as (tmp,):
+        encode_video(frames, tmp, fps, crf)
+    return path
+
+
+def check_frames(frames: np.ndarray, fps: float) -> None:
+    """Raise ValueError unless ``frames`` (uint8 ``(T, H, W, 3)``, T >= 1, even H and W) and ``fps`` can be written."""
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise ValueError(f"frames must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
@@ -49,26 +58,24 @@ def write_video(frames: np.ndarray, path: str | os.PathLike, fps: int = 16, crf:
     _, h, w, _ = frames.shape
     if h % 2 or w % 2:
         raise ValueError(f"H.264 yuv420p needs even height and width, got {h}x{w}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".part.mp4", dir=path.parent)
-    os.close(fd)
-    try:
-        with av.open(tmp, mode="w", format="mp4") as container:
-            stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
-            stream.width, stream.height = w, h
-            stream.pix_fmt = "yuv420p"
-            stream.options = {"crf": str(crf)}
-            for frame in frames:
-                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                    container.mux(packet)
-            for packet in stream.encode():
+
+
+def encode_video(frames: np.ndarray, path: str | os.PathLike, fps: float = 16, crf: int = 18) -> None:
+    """Encode ``frames`` (checked by :func:`check_frames`) as H.264 into the file ``path`` directly (a temporary file
+    of :class:`vidax.core.files.staged`; :func:`write_video` is the atomic writer)."""
+    frames = np.asarray(frames)
+    check_frames(frames, fps)
+    _, h, w, _ = frames.shape
+    with av.open(str(path), mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.width, stream.height = w, h
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": str(crf)}
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
-        publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        for packet in stream.encode():
+            container.mux(packet)
 
 
 def read_video(path: str | os.PathLike) -> tuple[np.ndarray, float]:

@@ -44,6 +44,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.keymap import KeyMap, checkpoint_index, layout_shape, to_layout
+from vidax.core import signals
 from vidax.core.params import ParamSpec, SpecTree, flatten, unflatten
 
 _MAX_LISTED = 40
@@ -392,6 +393,7 @@ def load_params(
     out: dict[str, Any] = {}
     with ThreadPoolExecutor(workers) as pool:
         for path, spec in flatten(specs if parts is None else {k: specs[k] for k in parts}):
+            signals.check()  # a Ctrl-C / SIGTERM during a long load stops it here (core.signals)
             entries = plan[path]
             target = _target_dtype(reader, entries, spec, dtype)
             sharding = shardings(path, spec) if (place and shardings is not None) else None

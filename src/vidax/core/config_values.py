@@ -24,13 +24,25 @@ def read_json(path: str | Path) -> dict:
       CheckpointError: the file is not valid JSON, or holds something other than an object (both named).
     """
     path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:  # configuration files are a few KiB (an index: a few MiB)
+        raise CheckpointError(f"{path}: {size:,} bytes is not a configuration file (at most {MAX_JSON_BYTES:,}); "
+                              "re-download the checkpoint")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {e.start}); re-download the checkpoint") from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: JSON nested too deeply to be a configuration file") from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
+
+
+#: The largest JSON file read as a configuration or index (the released indexes are below 1 MiB).
+MAX_JSON_BYTES = 64 << 20
 
 
 def config_values(cls: type, config: dict[str, Any], source: str) -> dict[str, Any]:
@@ -44,16 +56,31 @@ def config_values(cls: type, config: dict[str, Any], source: str) -> dict[str, A
       source: what the config is, for the message (e.g. ``"transformer config"``).
 
     Raises:
-      ValueError: every value whose type does not match its field, named with the expected type.
+      ValueError: every value whose type does not match its field, named with the expected type, and every size or
+        count of :data:`POSITIVE_FIELDS` below 1.
     """
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in config.items() if k in names}
     problems = [f"{k}={v!r} should be {_describe(hints[k])}" for k, v in values.items()
                 if k in hints and not _matches(v, hints[k])]
+    problems += [f"{k}={v!r} should be a positive integer" for k, v in values.items()
+                 if k in POSITIVE_FIELDS and _matches(v, int) and v < 1]
     if problems:
         raise ValueError(f"{source}: " + "; ".join(problems) + " (fix these values in its config.json)")
     return values
+
+
+#: Sizes and counts (in the reference libraries' names) that are at least 1 in every configuration: a 0 or a
+#: negative value would otherwise surface far away (``num_layers: -1`` as an offload-chunk error, 0 heads as a wall
+#: of shape mismatches).
+POSITIVE_FIELDS = frozenset({
+    "num_layers", "num_attention_heads", "attention_head_dim", "num_heads", "num_hidden_layers", "d_model", "d_kv",
+    "d_ff", "dim", "ffn_dim", "hidden_size", "intermediate_size", "in_channels", "out_channels", "latent_channels",
+    "z_dim", "base_dim", "vocab_size", "patch_size", "patch_size_t", "text_dim", "caption_channels",
+    "text_embed_dim", "time_embed_dim", "freq_dim", "image_size", "num_channels", "cross_attention_dim",
+    "temporal_compression_ratio", "max_text_seq_length", "sample_height", "sample_width", "sample_frames",
+})
 
 
 def _matches(value: Any, expected: Any) -> bool:

@@ -36,7 +36,7 @@ def prompt_batch(prompt: Any, negative_prompt: Any = None) -> tuple[list[str], l
     if negative_prompt is None:
         negatives = [""] * len(prompts)
     elif isinstance(negative_prompt, str):
-        negatives = [negative_prompt] * len(prompts)
+        negatives = [check_text(negative_prompt, "negative_prompt")] * len(prompts)
     else:
         negatives = _strings(negative_prompt, "negative_prompt")
     if len(negatives) != len(prompts):
@@ -46,7 +46,7 @@ def prompt_batch(prompt: Any, negative_prompt: Any = None) -> tuple[list[str], l
 
 def _strings(value: Any, name: str) -> list[str]:
     if isinstance(value, str):
-        return [value]
+        value = [value]
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
     if not value:
@@ -54,7 +54,23 @@ def _strings(value: Any, name: str) -> list[str]:
     bad = [i for i, v in enumerate(value) if not isinstance(v, str)]
     if bad:
         raise ValueError(f"{name}[{bad[0]}] is {type(value[bad[0]]).__name__}, not a string")
+    for v in value:
+        check_text(v, name)
     return list(value)
+
+
+def check_text(text: str, what: str) -> str:
+    """``text`` if it is valid Unicode; a prompt from a shell holding bytes that are not UTF-8 arrives with lone
+    surrogates (Python's ``surrogateescape``), which no tokenizer takes.
+
+    Raises:
+      ValueError: naming ``what`` and the byte position.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} holds bytes that are not UTF-8 (at character {e.start}); pass UTF-8 text") from None
+    return text
 
 
 def is_integer(value: Any) -> bool:

@@ -20,6 +20,8 @@ from typing import IO, Any
 
 from tqdm.auto import tqdm
 
+from vidax.core import signals
+
 #: Seconds between redraws of an open stage's line.
 TICK_S = 1.0
 
@@ -31,7 +33,9 @@ class Stage:
         self._bar = bar
 
     def update(self, n: int = 1) -> None:
-        """Count ``n`` more units (steps, chunks, tiles) done."""
+        """Count ``n`` more units (steps, chunks, tiles) done; a safe point for a recorded signal
+        (:func:`vidax.core.signals.check`)."""
+        signals.check()
         if self._bar is not None:
             self._bar.update(n)
 
@@ -71,7 +75,9 @@ class Progress:
 
     @contextlib.contextmanager
     def stage(self, name: str, total: int | None = None, unit: str = "it") -> Iterator[Stage]:
-        """Show stage ``name`` until the block ends (``total`` units, or an uncounted stage showing its time)."""
+        """Show stage ``name`` until the block ends (``total`` units, or an uncounted stage showing its time). Its
+        start and every update are safe points for a recorded signal (:func:`vidax.core.signals.check`)."""
+        signals.check()
         if not self._showing():
             yield _OFF
             return

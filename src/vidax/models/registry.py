@@ -19,7 +19,6 @@ import their implementations when called.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vidax.checkpoint.errors import CheckpointError
+from vidax.core.config_values import read_json
 
 #: The tasks a family may run.
 TASKS: dict[str, str] = {
@@ -236,16 +236,6 @@ def family(name: str) -> Family:
     return _REGISTERED[name]
 
 
-def _read_index(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{path}: not readable JSON ({e}); re-download or re-convert the checkpoint") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
 def family_of(folder: str | os.PathLike) -> Family:
     """The family that claims the checkpoint ``folder`` (reads index files only).
 
@@ -262,14 +252,14 @@ def family_of(folder: str | os.PathLike) -> Family:
         what = "is a file; pass the checkpoint folder" if folder.exists() else "checkpoint folder not found"
         raise CheckpointError(f"{folder}: {what}")
     if (folder / "vidax_index.json").is_file():
-        name = _read_index(folder / "vidax_index.json").get("family")
+        name = read_json(folder / "vidax_index.json").get("family")
         for fam in fams:
             if fam.vidax_name == name:
                 return fam
         raise CheckpointError(f"{folder / 'vidax_index.json'}: family {name!r} is not one vidax runs "
                               f"({', '.join(f.vidax_name for f in fams)}); convert the checkpoint again")
     if (folder / "model_index.json").is_file():
-        name = _read_index(folder / "model_index.json").get("_class_name")
+        name = read_json(folder / "model_index.json").get("_class_name")
         for fam in fams:
             if name in fam.diffusers_classes:
                 return fam

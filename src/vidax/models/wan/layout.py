@@ -225,12 +225,18 @@ class WanCheckpoint:
     def boundary_ratio(self) -> float | None:
         """``model_index.json`` ``boundary_ratio`` (Wan2.2 A14B: 0.875 T2V, 0.9 I2V), or None."""
         v = self.pipeline_config.get("boundary_ratio")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1):
+            raise CheckpointError(f"{self.folder / 'model_index.json'}: boundary_ratio={v!r} must be a number between "
+                                  "0 and 1 (0.875 for Wan2.2 T2V A14B, 0.9 for I2V), or null")
         return None if v is None else float(v)
 
     @property
     def expand_timesteps(self) -> bool:
         """``model_index.json`` ``expand_timesteps`` (Wan2.2 TI2V-5B: per-token timesteps)."""
-        return bool(self.pipeline_config.get("expand_timesteps", False))
+        v = self.pipeline_config.get("expand_timesteps", False)
+        if not isinstance(v, bool) and v is not None:  # "yes" or 1 are not taken for true
+            raise CheckpointError(f"{self.folder / 'model_index.json'}: expand_timesteps={v!r} must be true or false")
+        return bool(v)
 
     @property
     def schedule_default(self) -> str:

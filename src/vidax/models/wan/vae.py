@@ -901,7 +901,10 @@ def decode_tail(params: dict, cfg: WanVAEConfig, x: jax.Array, cache: dict | Non
         x, new["up_blocks"][str(i)] = _up_stage(p, cfg, i, x, _get(cache, "up_blocks", str(i)), first)
     x = jax.nn.silu(_rms_norm(p["norm_out"], x))
     y, new["conv_out"] = _causal_conv(p["conv_out"], x, _get(cache, "conv_out"))
-    y = jnp.clip(y.astype(jnp.float32), -1.0, 1.0)
+    y = y.astype(jnp.float32)
+    # Clamped as the reference; a non-finite value stays non-finite (NaN), so the pipelines' finiteness check sees
+    # an infinite bias's output instead of a clamped white video.
+    y = jnp.where(jnp.isfinite(y), jnp.clip(y, -1.0, 1.0), jnp.nan)
     return unpatchify(jnp.transpose(y, (0, 4, 1, 2, 3)), cfg.patch_size), new
 
 
