@@ -27,10 +27,13 @@ from safetensors.numpy import save_file as save_safetensors
 from safetensors.torch import save_file as torch_save_safetensors
 
 from vidax.checkpoint.errors import CheckpointError, excerpt, name_excerpt
+from vidax.checkpoint.keymap import KeyMap, Rule, rules
+from vidax.checkpoint.loader import DictReader, load_params
 from vidax.checkpoint.pickle_scan import MAX_KEY_COST, scan_pickle
 from vidax.checkpoint.reader import CheckpointReader
 from vidax.checkpoint.safetensors_io import SafetensorsFile
 from vidax.checkpoint.torch_pickle import MAX_CENTRAL_DIRECTORY, MAX_PICKLE_BYTES, TorchCheckpointFile
+from vidax.core.params import ParamSpec
 
 WORKER = Path(__file__).with_name("_hostile_worker.py")
 LIMIT_MIB = 2048  # address space of a worker; importing NumPy and the readers takes ~150 MiB of it
@@ -403,6 +406,11 @@ def test_error_lines_quote_no_more_than_a_few_dozen_characters_of_the_file(tmp_p
     assert excerpt(b"\x00" * 5) == repr(b"\x00" * 5) and excerpt(10**100) == "an integer of 333 bits"
     assert excerpt([[1]] * 10**6) == "a list of length 1000000" and excerpt(("a" * 30, 2)) == f"({'a' * 20!r}... (30 characters), 2)"
     assert name_excerpt("a\nb") == "a\\nb"  # a name cannot start a new line
+    # The loader lists at most 40 unexpected keys, now each cut to 300 characters (50 keys of 100 KB: 4 MB before).
+    names = {"w": np.zeros(2, np.float32), **{f"{i:02d}" + "k" * 100_000: np.zeros(1, np.float32) for i in range(50)}}
+    with pytest.raises(CheckpointError, match=r"unexpected keys \(50\):\n    00k{298}\.\.\. \(100002 characters\)\n") as e:
+        load_params(DictReader(names), KeyMap(rules(Rule("w", "w"))), {"w": ParamSpec((2,))}, np.float32, place=False)
+    assert len(str(e.value)) < 40 * 400
 
 
 # --------------------------------------------------------------------------- 3, 4. safetensors and index problems
