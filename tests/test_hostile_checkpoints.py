@@ -406,6 +406,14 @@ def test_error_lines_quote_no_more_than_a_few_dozen_characters_of_the_file(tmp_p
     assert excerpt(b"\x00" * 5) == repr(b"\x00" * 5) and excerpt(10**100) == "an integer of 333 bits"
     assert excerpt([[1]] * 10**6) == "a list of length 1000000" and excerpt(("a" * 30, 2)) == f"({'a' * 20!r}... (30 characters), 2)"
     assert name_excerpt("a\nb") == "a\\nb"  # a name cannot start a new line
+    # A tensor name of 1 MiB in two files of a folder.
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    for name in ("a", "b"):
+        save_safetensors({"n" * 2**20: np.zeros(1, np.float32)}, str(twice / f"{name}.safetensors"))
+    with pytest.raises(CheckpointError, match=r"tensor 'n{80}'\.\.\. \(1048576 characters\) appears in both") as e:
+        CheckpointReader(twice)
+    assert len(str(e.value)) < 600
     # The loader lists at most 40 unexpected keys, now each cut to 300 characters (50 keys of 100 KB: 4 MB before).
     names = {"w": np.zeros(2, np.float32), **{f"{i:02d}" + "k" * 100_000: np.zeros(1, np.float32) for i in range(50)}}
     with pytest.raises(CheckpointError, match=r"unexpected keys \(50\):\n    00k{298}\.\.\. \(100002 characters\)\n") as e:

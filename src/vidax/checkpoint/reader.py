@@ -97,7 +97,7 @@ class CheckpointReader:
         for f in files:
             for k in f.keys():
                 if k in self._where and self._where[k] is not f:
-                    raise CheckpointError(f"tensor {k!r} appears in both {self._where[k].path} and {f.path}")
+                    raise CheckpointError(f"tensor {excerpt(k)} appears in both {self._where[k].path} and {f.path}")
                 self._where[k] = f
         self.files = files
 
@@ -122,9 +122,10 @@ class CheckpointReader:
                 return [TorchCheckpointFile(path / name)]
         if len(torch_files) == 1:
             return [TorchCheckpointFile(torch_files[0])]
+        more = f" (and {len(torch_files) - 8} more)" if len(torch_files) > 8 else ""
         raise CheckpointError(
-            f"{path}: several PyTorch files {[p.name for p in torch_files]} and no *.bin.index.json saying which "
-            "hold the weights; pass the weights file itself, or convert the weights to safetensors"
+            f"{path}: several PyTorch files {[p.name for p in torch_files[:8]]}{more} and no *.bin.index.json saying "
+            "which hold the weights; pass the weights file itself, or convert the weights to safetensors"
         )
 
     def _from_index(self, index_path: Path, open_file: Callable[[Path], TensorFile]) -> list[TensorFile]:
@@ -365,7 +366,7 @@ class _ViewReader:
             if parts is not None:
                 rows = reader.shape(key)[0] if reader.shape(key) else 0
                 if not reader.shape(key) or rows % len(parts):
-                    raise CheckpointError(f"{key}: shape {tuple(reader.shape(key))} cannot be split into "
+                    raise CheckpointError(f"{name_excerpt(key)}: shape {tuple(reader.shape(key))} cannot be split into "
                                           f"{len(parts)} equal parts {list(parts)} along its first axis")
                 for i, name in enumerate(parts):
                     self._map[f"{key}[{name}]"] = (key, i, len(parts))
