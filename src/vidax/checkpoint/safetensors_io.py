@@ -51,8 +51,8 @@ _DTYPES: dict[str, np.dtype] = {
 }
 
 #: A header larger than this is not a safetensors header (the reference's own cap, 100 MB; real
-#: headers are ~150 bytes per tensor). Python's ``json`` can take ~20x the text in memory for a
-#: hostile one (a list of empty lists), so this is also the bound on that: linear in the file.
+#: headers are ~150 bytes per tensor). Python's ``json`` can take ~25x the text in memory for a
+#: hostile one (10 MB of empty lists: 238 MiB), so this also bounds that: linear in the file.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
 _MAX_HEADER_BYTES = MAX_HEADER_BYTES  # the old private name
 # Dimensions are below this (256 Ti elements, past any file), and at most _MAX_NDIM of them.
