@@ -42,16 +42,17 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.errors import CheckpointError, name_excerpt
 from vidax.checkpoint.keymap import KeyMap, checkpoint_index, layout_shape, to_layout
 from vidax.core import signals
 from vidax.core.params import ParamSpec, SpecTree, flatten, unflatten
 
 _MAX_LISTED = 40
+_MAX_ITEM_CHARS = 300  # a key is the file's: a hostile one can be megabytes long
 
 
 def _listing(title: str, items: list[str]) -> str:
-    shown = "\n    ".join(items[:_MAX_LISTED])
+    shown = "\n    ".join(name_excerpt(item, _MAX_ITEM_CHARS) for item in items[:_MAX_LISTED])
     more = f"\n    ... and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else ""
     return f"  {title} ({len(items)}):\n    {shown}{more}"
 

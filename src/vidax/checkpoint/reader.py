@@ -10,7 +10,6 @@ checkpoint reads only headers and ``get`` returns views, never copies.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -20,8 +19,8 @@ from typing import Union
 
 import numpy as np
 
-from vidax.checkpoint.errors import CheckpointError
-from vidax.checkpoint.safetensors_io import SafetensorsFile
+from vidax.checkpoint.errors import CheckpointError, excerpt, name_excerpt
+from vidax.checkpoint.safetensors_io import SafetensorsFile, parse_json
 from vidax.checkpoint.torch_pickle import TorchCheckpointFile, is_torch_zip
 
 TensorFile = Union[SafetensorsFile, TorchCheckpointFile]
@@ -32,6 +31,10 @@ TORCH_SUFFIXES = (".bin", ".pth", ".pt")
 # In a folder of several PyTorch files without an index, these are the weights (diffusers,
 # transformers); the rest (training_args.bin, optimizer.pt, ...) are training state.
 _TORCH_WEIGHT_NAMES = ("diffusion_pytorch_model.bin", "pytorch_model.bin", "model.bin", "model.pth", "model.pt")
+
+#: Largest index file read. An index lists ~100 bytes per tensor: the 14B Wan transformer's is
+#: ~110 KB, and 64 MiB holds ~650,000 tensors (the largest sharded models on the Hub have ~100,000).
+MAX_INDEX_BYTES = 64 * 2**20
 
 
 def open_tensor_file(path: str | os.PathLike) -> TensorFile:
@@ -94,7 +97,7 @@ class CheckpointReader:
         for f in files:
             for k in f.keys():
                 if k in self._where and self._where[k] is not f:
-                    raise CheckpointError(f"tensor {k!r} appears in both {self._where[k].path} and {f.path}")
+                    raise CheckpointError(f"tensor {excerpt(k)} appears in both {self._where[k].path} and {f.path}")
                 self._where[k] = f
         self.files = files
 
@@ -119,27 +122,36 @@ class CheckpointReader:
                 return [TorchCheckpointFile(path / name)]
         if len(torch_files) == 1:
             return [TorchCheckpointFile(torch_files[0])]
+        more = f" (and {len(torch_files) - 8} more)" if len(torch_files) > 8 else ""
         raise CheckpointError(
-            f"{path}: several PyTorch files {[p.name for p in torch_files]} and no *.bin.index.json saying which "
-            "hold the weights; pass the weights file itself, or convert the weights to safetensors"
+            f"{path}: several PyTorch files {[p.name for p in torch_files[:8]]}{more} and no *.bin.index.json saying "
+            "which hold the weights; pass the weights file itself, or convert the weights to safetensors"
         )
 
     def _from_index(self, index_path: Path, open_file: Callable[[Path], TensorFile]) -> list[TensorFile]:
-        try:
-            weight_map = json.loads(index_path.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{index_path}: corrupt index file ({e!r})") from e
-        shards: dict[str, TensorFile] = {}
+        weight_map = read_weight_map(index_path)
+        folder = index_path.parent
+        by_name: dict[str, TensorFile] = {}
+        by_file: dict[tuple[int, int], TensorFile] = {}  # (device, inode): one reader per file, however spelled
         for name in sorted(set(weight_map.values())):
-            shard_path = index_path.parent / name
-            if not shard_path.is_file():
+            shard_path = folder / shard_name(index_path, name)
+            try:
+                st = shard_path.stat() if shard_path.is_file() else None
+            except OSError as e:  # a name too long for the file system, a loop of links
+                raise CheckpointError(f"{index_path}: cannot open shard {name_excerpt(name)} ({e.strerror})") from None
+            if st is None:
                 raise CheckpointError(f"{shard_path}: shard named in {index_path.name} is missing; re-download it")
-            shards[name] = open_file(shard_path)
-        held = {name: set(f.keys()) for name, f in shards.items()}
+            inode = (st.st_dev, st.st_ino)
+            if inode not in by_file:
+                by_file[inode] = open_file(shard_path)
+            by_name[name] = by_file[inode]
+        held = {id(f): set(f.keys()) for f in by_file.values()}
         for key, name in weight_map.items():
-            if key not in held[name]:
-                raise CheckpointError(f"{shards[name].path}: index {index_path.name} says it holds {key!r}, but it does not")
-        return list(shards.values())
+            if key not in held[id(by_name[name])]:
+                raise CheckpointError(
+                    f"{by_name[name].path}: index {index_path.name} says it holds {excerpt(key)}, but it does not"
+                )
+        return list(by_file.values())
 
     def keys(self) -> list[str]:
         return list(self._where)
@@ -159,6 +171,71 @@ class CheckpointReader:
     def get(self, key: str) -> np.ndarray:
         """The tensor ``key`` as a read-only memory-mapped NumPy array (no copy)."""
         return self._where[key].get(key)
+
+
+def read_weight_map(index_path: Path) -> dict[str, str]:
+    """The ``weight_map`` of a sharded checkpoint's index (``*.safetensors.index.json``, ``*.bin.index.json``).
+
+    Returns:
+      ``{tensor name: shard file name}`` as written (see :func:`shard_name` for the names' check).
+
+    Raises:
+      CheckpointError: naming the index: larger than :data:`MAX_INDEX_BYTES`, not UTF-8 JSON, not an
+        object, or a ``weight_map`` that is not an object of strings.
+    """
+    try:
+        with open(index_path, "rb") as f:
+            raw = f.read(MAX_INDEX_BYTES + 1)
+    except OSError as e:
+        raise CheckpointError(f"{index_path}: cannot read the index file ({e.strerror})") from None
+    if len(raw) > MAX_INDEX_BYTES:
+        raise CheckpointError(
+            f"{index_path}: index file larger than {MAX_INDEX_BYTES} bytes; it is not a checkpoint index"
+        )
+    index = parse_json(raw, f"{index_path}: corrupt index file", "re-download it")
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        what = "no JSON object" if not isinstance(index, dict) else f"a weight_map of {excerpt(weight_map)}"
+        raise CheckpointError(
+            f"{index_path}: corrupt index file ({what}; expected {{\"weight_map\": {{tensor name: shard file}}}}); "
+            "re-download it"
+        )
+    for key, name in weight_map.items():
+        if type(name) is not str:
+            raise CheckpointError(
+                f"{index_path}: corrupt index file (weight_map maps {excerpt(key)} to {excerpt(name)}, "
+                "not a file name); re-download it"
+            )
+    return weight_map
+
+
+def shard_name(index_path: Path, name: str) -> str:
+    """``name`` (a shard in ``index_path``'s ``weight_map``) as a path relative to the index's folder.
+
+    The name is checked as written, not resolved: it must be relative and have no ``..`` component
+    (nor a NUL byte), so it names an entry of the folder. A symbolic link inside the folder is
+    followed wherever it points: the Hugging Face cache keeps every shard as a link from
+    ``snapshots/<revision>/`` into ``blobs/``, outside the folder, so checking link targets would
+    refuse every cached checkpoint. A link is also in plain sight (``ls -l``), where a name inside
+    a JSON index is not; a downloaded archive that unpacks links to elsewhere is the unpacking
+    tool's to refuse. ``..`` is refused outright rather than normalised away, because ``sub/../x``
+    with ``sub`` a link is resolved by the system from the link's target, not from the folder, so
+    no lexical rule allows it safely; no real index needs it.
+
+    Returns:
+      The normalised relative name (``./a`` and ``a`` are one shard).
+
+    Raises:
+      CheckpointError: naming the index and the shard, for an empty or absolute name, a ``..``
+        component, or a NUL byte.
+    """
+    parts = name.split("/")
+    if not name or name.startswith("/") or ".." in parts or "\0" in name:
+        raise CheckpointError(
+            f"{index_path}: shard {excerpt(name)} is not a file inside the checkpoint folder (empty, absolute, or "
+            "reaching out through '..'); refusing to read it. Shards are named relative to the index's folder"
+        )
+    return os.path.normpath(name)
 
 
 class CountingReader:
@@ -289,7 +366,7 @@ class _ViewReader:
             if parts is not None:
                 rows = reader.shape(key)[0] if reader.shape(key) else 0
                 if not reader.shape(key) or rows % len(parts):
-                    raise CheckpointError(f"{key}: shape {tuple(reader.shape(key))} cannot be split into "
+                    raise CheckpointError(f"{name_excerpt(key)}: shape {tuple(reader.shape(key))} cannot be split into "
                                           f"{len(parts)} equal parts {list(parts)} along its first axis")
                 for i, name in enumerate(parts):
                     self._map[f"{key}[{name}]"] = (key, i, len(parts))

@@ -13,19 +13,27 @@ here.
 
 Errors: :class:`CheckpointError` names the file and what is wrong with it
 (missing, truncated, corrupt header, a shard listed in an index but absent).
+
+The header is untrusted (docs/design.md, "Threat model"): at most :data:`MAX_HEADER_BYTES`,
+strict UTF-8 JSON (nesting past Python's recursion limit is an error, not a crash), every entry
+an object with a known dtype, a shape of at most 32 integers in ``[0, 2**48)`` and two integer
+offsets with ``0 <= begin <= end <=`` the data size and ``end - begin`` equal to the shape's
+byte size (computed in Python integers: no int64 overflow).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.errors import CheckpointError, clip, excerpt, name_excerpt
 
 _DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype(np.float64),
@@ -42,8 +50,43 @@ _DTYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
 }
 
-# A header larger than this is not a safetensors header (the reference caps it at 100 MB).
-_MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: A header larger than this is not a safetensors header (the reference's own cap, 100 MB; real
+#: headers are ~150 bytes per tensor). Python's ``json`` can take ~25x the text in memory for a
+#: hostile one (10 MB of empty lists: 238 MiB), so this also bounds that: linear in the file.
+MAX_HEADER_BYTES = 100 * 1000 * 1000
+_MAX_HEADER_BYTES = MAX_HEADER_BYTES  # the old private name
+# Dimensions are below this (256 Ti elements, past any file), and at most _MAX_NDIM of them.
+_MAX_INDEX = 2**48
+_MAX_NDIM = 32
+
+
+def parse_json(raw: bytes, where: str, fix: str = "") -> Any:
+    """Strict UTF-8 JSON from an untrusted file, every failure a :class:`CheckpointError` naming ``where``.
+
+    Args:
+      raw: the file's bytes (the caller bounds their size).
+      where: what the message starts with (the file, and which part of it).
+      fix: advice appended to the message (after ``; ``), if any.
+
+    Raises:
+      CheckpointError: invalid UTF-8 (the offset and byte given, not the text), invalid JSON (the
+        parser's position), nesting deeper than Python's recursion limit, or an integer of more
+        than 4300 digits (Python's ``int`` limit).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        problem = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})"
+    else:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            problem = f"invalid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        except RecursionError:
+            problem = "invalid JSON (nested too deeply to parse)"
+        except ValueError as e:  # int() beyond sys.get_int_max_str_digits()
+            problem = clip(f"invalid JSON ({e})", 200)
+    raise CheckpointError(f"{where}: {problem}{'; ' + fix if fix else ''}")
 
 
 class SafetensorsFile:
@@ -53,8 +96,12 @@ class SafetensorsFile:
     bf16 tensors come back as ``ml_dtypes.bfloat16``.
 
     Raises:
-      CheckpointError: the file is missing, shorter than its header says, or
-        its header is not valid JSON / names an unknown dtype.
+      CheckpointError: the file is missing, shorter than its header says, its
+        header is longer than :data:`MAX_HEADER_BYTES`, not UTF-8 JSON, or not an
+        object of entries; an entry names an unknown dtype, a shape that is not a
+        list of integers in ``[0, 2**48)`` (at most 32), or offsets that are not
+        two integers bracketing exactly the shape's bytes inside the data; or
+        ``__metadata__`` does not map strings to strings.
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -67,34 +114,56 @@ class SafetensorsFile:
             if len(raw) < 8:
                 raise CheckpointError(f"{self.path}: truncated safetensors file ({size} bytes, no header)")
             (n,) = struct.unpack("<Q", raw)
-            if n > _MAX_HEADER_BYTES or 8 + n > size:
+            if n > MAX_HEADER_BYTES or 8 + n > size:
                 raise CheckpointError(
-                    f"{self.path}: corrupt safetensors header (header length {n} exceeds file size {size}); "
+                    f"{self.path}: corrupt safetensors header (header length {n} exceeds file size {size}"
+                    f"{'' if n <= MAX_HEADER_BYTES else f' or the {MAX_HEADER_BYTES}-byte limit'}); "
                     "re-download or re-save the file"
                 )
-            try:
-                header = json.loads(f.read(n))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise CheckpointError(f"{self.path}: corrupt safetensors header ({e}); re-download or re-save the file") from e
+            raw = f.read(n)
+        header = parse_json(raw, f"{self.path}: corrupt safetensors header", "re-download or re-save the file")
         if not isinstance(header, dict):
             raise CheckpointError(f"{self.path}: corrupt safetensors header (not a JSON object)")
-        self.metadata = header.pop("__metadata__", None) or {}
+        metadata = header.pop("__metadata__", None)
+        if metadata is None:
+            metadata = {}
+        elif not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise CheckpointError(
+                f"{self.path}: corrupt safetensors header (__metadata__ must map strings to strings, as the format "
+                "requires)"
+            )
+        self.metadata = metadata
         self._data_start = 8 + n
         self._entries: dict[str, tuple[np.dtype, tuple[int, ...], int, int]] = {}
         data_len = size - self._data_start
         for name, info in header.items():
-            try:
-                dtype = _DTYPES[info["dtype"]]
-                shape = tuple(int(s) for s in info["shape"])
-                begin, end = (int(o) for o in info["data_offsets"])
-            except (KeyError, TypeError, ValueError) as e:
-                raise CheckpointError(f"{self.path}: corrupt safetensors header entry for {name!r} ({e!r})") from e
-            if end - begin != dtype.itemsize * int(np.prod(shape, dtype=np.int64)) or end > data_len or begin < 0:
+            # The common case costs a few comparisons per dimension; _entry_problem explains a failure.
+            shape = info.get("shape") if type(info) is dict else None
+            offsets = info.get("data_offsets") if type(info) is dict else None
+            code = info.get("dtype") if type(info) is dict else None
+            dtype = _DTYPES.get(code) if type(code) is str else None
+            if (dtype is None or type(shape) is not list or len(shape) > _MAX_NDIM
+                    or not all(type(d) is int and 0 <= d < _MAX_INDEX for d in shape)
+                    or type(offsets) is not list or len(offsets) != 2
+                    or type(offsets[0]) is not int or type(offsets[1]) is not int):
                 raise CheckpointError(
-                    f"{self.path}: tensor {name!r} has inconsistent offsets {begin}..{end} "
-                    f"(file holds {data_len} data bytes); the file is truncated or corrupt"
+                    f"{self.path}: corrupt safetensors header entry for {name_excerpt(name)} ({_entry_problem(info)}); "
+                    "re-download or re-save the file"
                 )
-            self._entries[name] = (dtype, shape, begin, end)
+            begin, end = offsets
+            count = math.prod(shape)
+            if not 0 <= begin <= end <= data_len or end - begin != dtype.itemsize * count:
+                raise CheckpointError(
+                    f"{self.path}: tensor {name_excerpt(name)} has inconsistent offsets "
+                    f"{excerpt(begin)}..{excerpt(end)} for {count} x {code} (file holds {data_len} data bytes); "
+                    "the file is truncated or corrupt"
+                )
+            if count == 0 and math.prod(d for d in shape if d) * dtype.itemsize >= _MAX_INDEX:
+                raise CheckpointError(
+                    f"{self.path}: empty tensor {name_excerpt(name)} of shape {excerpt(shape)} is larger than "
+                    "NumPy can represent; the file is corrupt"
+                )
+            self._entries[name] = (dtype, tuple(shape), begin, end)
         self._mmap: np.memmap | None = None
 
     def _buffer(self) -> np.ndarray:
@@ -115,6 +184,20 @@ class SafetensorsFile:
         dtype, shape, begin, end = self._entries[name]
         start = self._data_start + begin
         return self._buffer()[start : self._data_start + end].view(dtype).reshape(shape)
+
+
+def _entry_problem(info: Any) -> str:
+    """What is wrong with one header entry (for the error message; the file's values are excerpted)."""
+    if type(info) is not dict:
+        return f"{excerpt(info)}, not an object with dtype, shape and data_offsets"
+    code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if type(code) is not str or code not in _DTYPES:
+        return f"dtype {excerpt(code)} is not one of {', '.join(_DTYPES)}"
+    if type(shape) is not list or len(shape) > _MAX_NDIM or not all(
+        type(d) is int and 0 <= d < _MAX_INDEX for d in shape
+    ):
+        return f"shape {excerpt(shape)} is not a list of at most {_MAX_NDIM} integers in [0, 2**48)"
+    return f"data_offsets {excerpt(offsets)} is not a list of two integers"
 
 
 def __getattr__(name: str):
