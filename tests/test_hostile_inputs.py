@@ -203,3 +203,11 @@ def test_the_earlier_video_survives_a_run_that_fails(ckpt, tmp_path, capsys):
     frames = read_video(out)[0]
     assert _generate(ckpt, out, "--num-frames", "6") == 2  # refused: the earlier video stays
     assert (read_video(out)[0] == frames).all()
+
+
+@pytest.mark.parametrize("flags, message", [(["--max-area", "-5"], "--max-area: must be a positive integer, got -5"),
+                                            (["--max-area", "0"], "--max-area: must be a positive integer, got 0")])
+def test_negative_sizes_are_refused_by_the_parser(ckpt, tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as e:
+        _generate(ckpt, tmp_path / "v.mp4", *flags)
+    assert e.value.code == 2 and message in capsys.readouterr().err
