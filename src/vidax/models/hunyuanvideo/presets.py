@@ -1,0 +1,117 @@
+"""HunyuanVideo 13B presets (the paper's benchmark rows) and the image-to-video size buckets of the original release.
+
+The rows of ``paper-table5.tsv``: ``HunyuanVideo 13B T2V`` (1280x720, 129 frames, 50 steps, bf16, tp 4, offload chunk
+20/40: the 20 dual-stream blocks in one chunk, the 40 single-stream blocks in two) and ``HunyuanVideo 13B I2V``
+(832x1088 for the table's portrait example image: the size follows the image's aspect ratio).
+
+Sampler settings follow the original repository (Tencent-Hunyuan/HunyuanVideo ``sample_video.py`` /
+HunyuanVideo-I2V ``scripts/run_sample_image2video_*.sh``): flow shift 7.0 for 720p text-to-video, 17.0 for
+image-to-video (the release's default "dynamic" script; its ``--i2v-stability`` script uses 7.0), embedded guidance
+6.0, no true classifier-free guidance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The original release's image-to-video bucket base sizes per ``--i2v-resolution`` (HunyuanVideo-I2V
+#: ``hyvideo/inference.py``: 720p -> 960, 540p -> 720, 360p -> 480).
+I2V_BUCKET_BASE = {"720p": 960, "540p": 720, "360p": 480}
+
+
+def crop_size_buckets(base_size: int = 960, patch_size: int = 32, max_ratio: float = 4.0) -> list[tuple[int, int]]:
+    """The original release's size buckets: every ``(height, width)`` of whole ``patch_size`` patches whose patch count
+    stays within ``(base_size / patch_size)^2``, with an aspect ratio at most ``max_ratio``.
+
+    Follows HunyuanVideo-I2V ``hyvideo/utils/data_utils.py`` ``generate_crop_size_list`` (whose pairs
+    ``hyvideo/inference.py`` reads as ``(height, width)``), in the same order.
+
+    Returns:
+      ``[(height, width), ...]`` in pixels, widest-first as the reference lists them.
+    """
+    if base_size < patch_size or patch_size < 1 or max_ratio < 1:
+        raise ValueError(f"crop_size_buckets: base_size={base_size} must be >= patch_size={patch_size} >= 1, "
+                         f"max_ratio={max_ratio} >= 1")
+    num_patches = round((base_size / patch_size) ** 2)
+    out = []
+    a, b = num_patches, 1
+    while a > 0:
+        if max(a, b) / min(a, b) <= max_ratio:
+            out.append((a * patch_size, b * patch_size))
+        if (b + 1) * a <= num_patches:
+            b += 1
+        else:
+            a -= 1
+    return out
+
+
+def size_for_image(image_width: int, image_height: int, base_size: int = 960) -> tuple[int, int]:
+    """The ``(height, width)`` the original release generates for an image of this size: the bucket whose aspect ratio
+    (rounded to 5 places) is closest to the image's, on the image's side of square (``>= 1`` picks among ratios not
+    above it; landscape among ratios above it), as HunyuanVideo-I2V ``get_closest_ratio``.
+
+    Example: a 1088x832 (height x width) portrait image at 720p (base 960) -> ``(1088, 832)``;
+    720x1280 -> ``(704, 1248)``.
+
+    Raises:
+      ValueError: a non-positive image size.
+    """
+    if image_width < 1 or image_height < 1:
+        raise ValueError(f"image size {image_width}x{image_height} must be positive")
+    buckets = crop_size_buckets(base_size, 32)
+    ratios = [round(h / w, 5) for h, w in buckets]
+    aspect = image_height / image_width
+    diffs = [(i, r - aspect) for i, r in enumerate(ratios)]
+    side = [(i, d) for i, d in diffs if (d <= 0 if aspect >= 1 else d > 0)]
+    if not side:  # beyond the widest or tallest bucket: the reference fails; take the nearest extreme
+        side = diffs
+    best = min(side, key=lambda pair: abs(pair[1]))[0]
+    return buckets[best]
+
+
+@dataclass(frozen=True)
+class HunyuanVideoPreset:
+    """Generation defaults for one HunyuanVideo row of the paper's benchmark table.
+
+    Attributes:
+      width, height: output size in pixels (image-to-video: the size for the table's example image; a run with an
+        image and no explicit size takes the bucket of :func:`size_for_image` at ``i2v_resolution``).
+      num_frames: ``4k + 1`` frames (129 = 5.3 s at 24 fps).
+      num_inference_steps, guidance_scale, flow_shift: sampler settings (``guidance_scale`` is the embedded
+        guidance of the guidance-distilled model, not classifier-free guidance).
+      dtype: transformer weight dtype.
+      fps: frames per second of the written video (24, the release's).
+      tp, sp, offload_chunk: the row's mesh split and offloading (blocks per streamed chunk, for both stacks).
+      task: ``"t2v"`` or ``"i2v"``.
+    """
+
+    name: str
+    model: str
+    width: int
+    height: int
+    num_frames: int = 129
+    num_inference_steps: int = 50
+    guidance_scale: float = 6.0
+    flow_shift: float = 7.0
+    dtype: str = "bfloat16"
+    fps: int = 24
+    tp: int = 1
+    sp: int = 1
+    offload_chunk: int | None = None
+    task: str = "t2v"
+
+    def settings(self) -> dict:
+        """The pipeline call's settings of this row."""
+        return dict(height=self.height, width=self.width, num_frames=self.num_frames,
+                    num_inference_steps=self.num_inference_steps, guidance_scale=self.guidance_scale,
+                    flow_shift=self.flow_shift)
+
+
+PRESETS: dict[str, HunyuanVideoPreset] = {
+    p.name: p
+    for p in [
+        HunyuanVideoPreset("hunyuanvideo-t2v-720p", "HunyuanVideo", 1280, 720, tp=4, offload_chunk=20),
+        HunyuanVideoPreset("hunyuanvideo-i2v-720p", "HunyuanVideo-I2V", 832, 1088, flow_shift=17.0, tp=4,
+                           offload_chunk=20, task="i2v"),
+    ]
+}
