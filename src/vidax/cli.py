@@ -751,8 +751,14 @@ def main(argv: list[str] | None = None) -> int:
             _prepare_devices(args.devices)  # before JAX starts
         if args.command != "presets":
             with signals.deferred():  # native modules load uninterrupted (a signal there could crash the import)
-                import jax  # noqa: F401
+                import jax
                 import numpy  # noqa: F401
+
+                if args.command in ("generate", "demo") and not getattr(args, "distributed", False):
+                    # The backend starts uninterrupted too: JAX arms a non-daemon timer thread around the TPU
+                    # client's creation, and a signal raised between the two left the exit waiting 60 s for it.
+                    # (Several hosts: jax.distributed.initialize() must come first; it runs in the command.)
+                    jax.devices()
         status = commands[args.command](args)
         return status
     except SystemExit as e:  # argparse: its usage line and message are printed already

@@ -86,9 +86,17 @@ def uninstall() -> None:
 
 
 def published() -> None:
-    """The run's outputs are published: from now on a signal is ignored (the run is complete; exit status 0)."""
+    """The run's outputs are published: from now on a signal is ignored (the run is complete; exit status 0).
+
+    The handled signals are set to ``SIG_IGN`` as well: the interpreter's teardown resets Python-level handlers to
+    the default action, so a signal in the last instants of the exit would otherwise kill the finished run (status
+    -2 / -15, seen under load); an ignored signal stays ignored through teardown.
+    """
     global _done
     _done = True
+    if threading.current_thread() is threading.main_thread():
+        for sig in _previous:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def pending() -> int | None:
