@@ -257,8 +257,8 @@ def image_features(params: dict, cfg: LlavaConfig, pixel_values: Any, *,
     Returns:
       float32 ``(N_img, num_image_features, text hidden_size)``.
     """
-    hidden = encode_images(params["vision_tower"], cfg.vision, pixel_values, hidden_state_index=cfg.vision_feature_layer,
-                           attention_impl=attention_impl)
+    hidden = encode_images(params["vision_tower"], cfg.vision, pixel_values,
+                           hidden_state_index=cfg.vision_feature_layer, attention_impl=attention_impl)
     with jax.default_matmul_precision("highest"):
         return _project(params, hidden, cfg=cfg)
 

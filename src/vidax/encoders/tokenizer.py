@@ -331,6 +331,9 @@ LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>"
 
 CLIP_BOS, CLIP_EOS = "<|startoftext|>", "<|endoftext|>"
 
+#: Meta-Llama-3's ``tokenizer_config.json`` ``model_max_length``: transformers' "no limit" (``int(1e30)``).
+LLAMA3_MODEL_MAX_LENGTH = int(1e30)
+
 
 def byte_alphabet() -> list[str]:
     """The 256 characters of the GPT-2 byte-to-unicode map (``ByteLevel.alphabet()``), sorted: one per byte."""
@@ -510,7 +513,7 @@ def _added_tokens_decoder(tok: _HFTokenizer, tokens: Sequence[str]) -> dict:
 
 def write_llama3_tokenizer(folder: str | os.PathLike, corpus: Sequence[str], *, num_merges: int = 200,
                            special_tokens: Sequence[str] = LLAMA3_SPECIALS, pad_token: str = "<pad>",
-                           eos_token: str = "<|eot_id|>", model_max_length: int = 4096) -> Path:
+                           eos_token: str = "<|eot_id|>", model_max_length: int = LLAMA3_MODEL_MAX_LENGTH) -> Path:
     """Write a tiny Llama-3-style tokenizer (byte-level BPE learned from ``corpus``) in the transformers layout.
 
     Writes ``tokenizer.json`` (:func:`build_llama3_tokenizer`; vocabulary: the 256 byte symbols, then one token per
@@ -520,6 +523,9 @@ def write_llama3_tokenizer(folder: str | os.PathLike, corpus: Sequence[str], *, 
 
     Args:
       corpus: texts to learn merges from (special tokens in them are cut out first).
+      model_max_length: ``tokenizer_config.json``'s; the default is Meta-Llama-3's "no limit" value (with a real
+        limit, transformers pads a ``padding="max_length"`` call without a length to it, as HunyuanVideo's
+        reference does when it counts its template's tokens).
       num_merges: merges to learn (the vocabulary has ``256 + num_merges`` BPE entries at most).
       special_tokens: added after the vocabulary, in order; must include ``<|begin_of_text|>``, ``pad_token`` and
         ``eos_token``.
