@@ -15,7 +15,8 @@ then a final RMSNorm. A text encoder takes an intermediate hidden state: transfo
 ``hidden_states`` tuple is ``(embeddings, layer 1 output, ..., layer n-1 output, norm(layer n output))``,
 so ``hidden_states[-(k + 1)]`` is the output of layer ``n - k`` *without* the final norm for ``k >= 1``
 (HunyuanVideo: ``k = 2``) and the normed last layer for ``k = 0``. :func:`encode` runs only the layers
-it needs. Layers are stacked (leading ``layers`` axis) and run under ``jax.lax.scan``.
+it needs. Layers are stacked (leading ``layers`` axis) and run in one compiled loop
+(``jax.lax.fori_loop``, a scan over layer indices).
 
 Attention is causal, plus the padding mask: keys at or past each row's length are ignored (right padding,
 what the tokenizer must produce; paper Table 4 fault 11: a left-padded batch shifts every position).
@@ -343,9 +344,10 @@ def rms_norm(x: jax.Array, p: dict, eps: float, offset: float = 0.0, out_dtype=j
 
 
 def causal_bias(length: int) -> jax.Array:
-    """``(1, 1, L, L)`` float32 score bias: 0 where key <= query, -inf above the diagonal."""
-    keep = np.tril(np.ones((length, length), dtype=bool))
-    return jnp.asarray(np.where(keep, 0.0, -np.inf).astype(np.float32))[None, None]
+    """``(1, 1, L, L)`` float32 score bias: 0 where key <= query, -inf above the diagonal (built in the graph,
+    not embedded as an ``L x L`` constant)."""
+    index = jnp.arange(length)
+    return jnp.where(index[None, :] <= index[:, None], 0.0, -jnp.inf).astype(jnp.float32)[None, None]
 
 
 def decoder_layer(p: dict, x: jax.Array, cos: jax.Array, sin: jax.Array, lengths: jax.Array, bias: jax.Array,
@@ -395,13 +397,15 @@ def _decode(params, x, lengths, position_ids, *, cfg: LlamaConfig, num_layers: i
     impl = AttentionImpl(attention_impl)
     cos, sin = rope_cos_sin(cfg, position_ids)
     bias = causal_bias(x.shape[1])
-    layers = jax.tree.map(lambda a: a[:num_layers], params["layers"])
 
-    def body(x, p):
-        return decoder_layer(p, x, cos, sin, lengths, bias, cfg, impl), None
+    def body(i, x):
+        # Index the full stack per layer rather than scanning a slice of it: a slice of the first
+        # n - skip layers would be a copy of nearly all the weights (15 GB for the 8B in bf16).
+        p = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), params["layers"])
+        return decoder_layer(p, x, cos, sin, lengths, bias, cfg, impl)
 
     with jax.named_scope("layers"):
-        x, _ = jax.lax.scan(body, x.astype(jnp.float32), layers)
+        x = jax.lax.fori_loop(0, num_layers, body, x.astype(jnp.float32))
     if final_norm:
         x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_offset)
     return x

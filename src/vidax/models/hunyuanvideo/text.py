@@ -370,6 +370,8 @@ def llava_prompt_embeds(
     if not encoders.takes_image:
         raise ValueError("llava_prompt_embeds: these are the text-to-video encoders (Llama); image-to-video needs "
                          "the LLaVA text encoder of a HunyuanVideo-I2V checkpoint")
+    if not isinstance(image_embed_interleave, (int, np.integer)) or isinstance(image_embed_interleave, bool):
+        raise ValueError(f"image_embed_interleave must be an integer, got {image_embed_interleave!r}")
     cfg: LlavaConfig = encoders.text_encoder_config
     tokenizer = encoders.tokenizer
     prompts = _prompts(prompts)
@@ -396,14 +398,14 @@ def llava_prompt_embeds(
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else tokenizer.pad_id
     expanded, expanded_mask, positions = expand_image_tokens(ids, cfg.image_token_index, emb_len, emb_start, emb_end,
                                                              pad)
-    pixels = preprocess_images(_image_list(images, len(prompts)), encoders.image_processor)
-    hidden = llava.encode(encoders.text_encoder, cfg, expanded, expanded_mask, pixels, position_ids=positions,
-                          num_hidden_layers_to_skip=num_hidden_layers_to_skip, attention_impl=attention_impl)
-
     starts = _assistant_starts(ids, end_header_id)
     if (starts - _ASSISTANT_FRAME_TOKENS < crop).any():
         raise ValueError(f"the assistant turn starts at tokens {starts.tolist()}, before crop_start {crop} + "
                          f"{_ASSISTANT_FRAME_TOKENS}: the template does not fit this tokenizer")
+    pixels = preprocess_images(_image_list(images, len(prompts)), encoders.image_processor)
+    hidden = llava.encode(encoders.text_encoder, cfg, expanded, expanded_mask, pixels, position_ids=positions,
+                          num_hidden_layers_to_skip=num_hidden_layers_to_skip, attention_impl=attention_impl)
+
     shift = emb_len - 1  # expanded position of unexpanded token j (after the image) is j + shift
     text_index = np.stack([np.concatenate([np.arange(crop, a - _ASSISTANT_FRAME_TOKENS), np.arange(a, length)])
                            for a in starts])
