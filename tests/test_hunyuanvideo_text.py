@@ -9,6 +9,7 @@ written locally (Llama-3-style and CLIP byte-level BPE) and read by transformers
 import dataclasses
 import shutil
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,9 +17,10 @@ import torch
 from diffusers import HunyuanVideoImageToVideoPipeline, HunyuanVideoPipeline
 from PIL import Image
 from safetensors.torch import save_file
-from transformers import AutoTokenizer, CLIPImageProcessor, CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTextConfig, CLIPTextModel
+from transformers import CLIPTokenizer
 from transformers import LlamaConfig as HFLlamaConfig
-from transformers import LlamaModel, LlavaForConditionalGeneration
+from transformers import LlamaForCausalLM, LlamaModel, LlavaForConditionalGeneration
 from transformers import LlavaConfig as HFLlavaConfig
 
 from vidax.checkpoint.errors import CheckpointError
@@ -272,6 +274,38 @@ def test_t2v_batched_equals_alone(t2v):
         np.testing.assert_array_equal(batched.prompt_attention_mask[i], alone.prompt_attention_mask[0])
         assert _rel(np.asarray(batched.prompt_embeds)[i, valid], np.asarray(alone.prompt_embeds)[0, valid]) < 1e-6
         assert _rel(batched.pooled_prompt_embeds[i], alone.pooled_prompt_embeds[0]) < 1e-6
+
+
+def test_t2v_original_release_layout(tmp_path, tokenizer_dirs):
+    """The original release's text side: ``text_encoder/`` a LlamaForCausalLM (``model.`` names, ``lm_head``) and
+    ``text_encoder_2/`` a whole CLIPModel, each with its tokenizer files beside the weights."""
+    ref_tok = AutoTokenizer.from_pretrained(tokenizer_dirs / "tokenizer")
+    ref_tok_2 = CLIPTokenizer.from_pretrained(tokenizer_dirs / "tokenizer_2")
+    torch.manual_seed(5)
+    causal = _perturb(LlamaForCausalLM(HFLlamaConfig(
+        vocab_size=len(ref_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=1024)).eval())
+    clip = _perturb(CLIPModel(CLIPConfig(
+        text_config=dict(vocab_size=len(ref_tok_2), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=77, eos_token_id=2),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                           image_size=28, patch_size=7), projection_dim=16)).eval())
+    causal.save_pretrained(tmp_path / "text_encoder")
+    clip.save_pretrained(tmp_path / "text_encoder_2")
+    for name, sub in (("tokenizer", "text_encoder"), ("tokenizer_2", "text_encoder_2")):
+        shutil.copytree(tokenizer_dirs / name, tmp_path / sub, dirs_exist_ok=True)
+    ckpt = SimpleNamespace(text_encoder=tmp_path / "text_encoder", tokenizer=tmp_path / "text_encoder",
+                           text_encoder_2=tmp_path / "text_encoder_2", tokenizer_2=tmp_path / "text_encoder_2",
+                           image_processor=None)
+    enc = load_text_encoders(ckpt)
+    pipe = HunyuanVideoPipeline(text_encoder=causal.model, tokenizer=ref_tok, transformer=None, vae=None,
+                                scheduler=None, text_encoder_2=clip.text_model, tokenizer_2=ref_tok_2)
+    with torch.no_grad():
+        ref_embeds, ref_pooled, ref_mask = pipe.encode_prompt(PROMPTS, device="cpu")
+    out = encode_prompt_t2v(enc, PROMPTS)
+    np.testing.assert_array_equal(out.prompt_attention_mask, ref_mask.numpy())
+    assert _rel(out.prompt_embeds, ref_embeds.numpy()) < 1e-5
+    assert _rel(out.pooled_prompt_embeds, ref_pooled.numpy()) < 1e-5
 
 
 # --------------------------------------------------------------------------- image to video

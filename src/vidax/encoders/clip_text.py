@@ -144,8 +144,10 @@ def clip_text_keymap(cfg: CLIPTextConfig, keys: Any = None) -> KeyMap:
 
     transformers 4 writes the names under ``text_model.`` (``text_model.encoder.layers.0.self_attn.q_proj.weight``),
     transformers 5 without it; if ``keys`` (the checkpoint's key list) is given and no key has the prefix, the
-    map is built without it. Ignored: ``*embeddings.position_ids`` (a buffer older writers saved) and
-    ``text_projection.weight`` (``CLIPTextModelWithProjection``; the pooled output is taken before it).
+    map is built without it. Ignored: ``*embeddings.position_ids`` (a buffer older writers saved),
+    ``text_projection.weight`` (``CLIPTextModelWithProjection``; the pooled output is taken before it) and the
+    image side of a whole ``CLIPModel`` folder (``vision_model.*``, ``visual_projection.weight``, ``logit_scale``:
+    the original HunyuanVideo release's ``text_encoder_2/`` is openai/clip-vit-large-patch14 as downloaded).
     """
     keys = list(keys) if keys is not None else None
     prefixed = keys is None or any(k.startswith("text_model.") for k in keys)
@@ -163,7 +165,8 @@ def clip_text_keymap(cfg: CLIPTextConfig, keys: Any = None) -> KeyMap:
             linear_rules(f"{layer}.mlp.fc2", "layers/mlp/fc2"),
             norm_rules(f"{t}final_layer_norm", "final_layer_norm"),
         ),
-        ignore=[r"(text_model\.)?embeddings\.position_ids\Z", r"text_projection\.weight\Z"],
+        ignore=[r"(text_model\.)?embeddings\.position_ids\Z", r"text_projection\.weight\Z", r"vision_model\.",
+                r"visual_projection\.weight\Z", r"logit_scale\Z"],
     )
 
 

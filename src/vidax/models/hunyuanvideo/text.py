@@ -461,13 +461,14 @@ def encode_prompt_i2v(
 
 @dataclass(frozen=True)
 class TextEncoderFolders:
-    """The text folders of a HunyuanVideo pipeline folder, checked to exist (:func:`text_encoder_folders`).
+    """The text-side folders of a HunyuanVideo checkpoint, checked (:func:`text_encoder_folders`).
 
     Attributes:
-      text_encoder: ``LlamaModel`` (T2V) or ``LlavaForConditionalGeneration`` (I2V) folder.
+      text_encoder: ``LlamaModel`` / ``LlamaForCausalLM`` (T2V) or ``LlavaForConditionalGeneration`` (I2V) folder.
       kind: ``"llama"`` or ``"llava"``, from its ``config.json``.
-      tokenizer, text_encoder_2, tokenizer_2: the other folders.
-      image_processor: I2V only (``CLIPImageProcessor`` settings), else None.
+      tokenizer, text_encoder_2, tokenizer_2: the other folders (the original release keeps each tokenizer in its
+        model's folder).
+      image_processor: the folder of the I2V ``preprocessor_config.json``, else None.
     """
 
     text_encoder: Path
@@ -478,19 +479,28 @@ class TextEncoderFolders:
     image_processor: Path | None
 
 
-def text_encoder_folders(folder: str | os.PathLike) -> TextEncoderFolders:
-    """Check that a HunyuanVideo folder has every text-side file the pipeline reads, before anything is loaded.
+def text_encoder_folders(source: Any) -> TextEncoderFolders:
+    """Check that a HunyuanVideo checkpoint has every text-side file the pipeline reads, before anything is loaded.
 
-    diffusers' ``model_index.json`` of both pipelines lists ``text_encoder``, ``tokenizer``, ``text_encoder_2``,
-    ``tokenizer_2``; the I2V one also ``image_processor`` (``CLIPImageProcessor``). Reads only the text
-    encoder's ``config.json`` (to tell Llama from LLaVA).
+    Args:
+      source: a diffusers pipeline folder (``text_encoder/``, ``tokenizer/``, ``text_encoder_2/``, ``tokenizer_2/``
+        and, for I2V, ``image_processor/``, as both pipelines' ``model_index.json`` list them), or an object with
+        those five paths as attributes (``vidax.models.hunyuanvideo.layout.HunyuanVideoCheckpoint``, any layout;
+        ``image_processor`` None for T2V). Only the text encoder's ``config.json`` is read (Llama or LLaVA).
 
     Raises:
-      CheckpointError: a missing folder or file, named with what it should hold (e.g. a Llama folder without
-        its tokenizer), or a text encoder that is neither Llama nor LLaVA.
+      CheckpointError: a missing folder or file, named with what it should hold (e.g. a Llama folder without its
+        tokenizer), or a text encoder that is neither Llama nor LLaVA.
     """
-    root = Path(folder)
-    te, tok, te2, tok2 = (root / n for n in ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"))
+    if isinstance(source, (str, os.PathLike)):
+        root = Path(source)
+        te, tok, te2, tok2, proc = (root / n for n in ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
+                                                       "image_processor"))
+    else:
+        te, tok, te2, tok2 = (Path(getattr(source, n)) for n in ("text_encoder", "tokenizer", "text_encoder_2",
+                                                                 "tokenizer_2"))
+        proc = getattr(source, "image_processor", None)
+        proc = None if proc is None else Path(proc)
     if not (te / "config.json").is_file():
         raise CheckpointError(f"{te}: the Llama text encoder folder (config.json + safetensors) is missing or has no "
                               "config.json")
@@ -499,8 +509,9 @@ def text_encoder_folders(folder: str | os.PathLike) -> TextEncoderFolders:
         raise CheckpointError(f"{te / 'config.json'}: model_type {model_type!r}; HunyuanVideo's text encoder is a "
                               "Llama (text-to-video) or a LLaVA (image-to-video)")
     if not (tok / "tokenizer.json").is_file():
-        raise CheckpointError(f"{tok}: the Llama text encoder has no tokenizer (expected {tok / 'tokenizer.json'} "
-                              "beside text_encoder/); copy the tokenizer folder of the checkpoint")
+        raise CheckpointError(f"{tok}: the Llama text encoder has no tokenizer (expected {tok / 'tokenizer.json'}); "
+                              "copy the tokenizer of the text encoder's release (xtuner/llava-llama-3-8b-v1_1-"
+                              "transformers) into it")
     if not (te2 / "config.json").is_file():
         raise CheckpointError(f"{te2}: the CLIP text encoder folder (config.json + safetensors) is missing or has no "
                               "config.json")
@@ -508,13 +519,14 @@ def text_encoder_folders(folder: str | os.PathLike) -> TextEncoderFolders:
                                                    and (tok2 / "merges.txt").is_file())):
         raise CheckpointError(f"{tok2}: the CLIP text encoder has no tokenizer (expected tokenizer.json, or vocab.json "
                               "and merges.txt)")
-    image_processor = None
     if model_type == "llava":
-        image_processor = root / "image_processor"
-        if not (image_processor / "preprocessor_config.json").is_file():
-            raise CheckpointError(f"{image_processor}: the LLaVA text encoder's image processor settings are missing "
+        if proc is None or not (proc / "preprocessor_config.json").is_file():
+            where = proc if proc is not None else te.parent / "image_processor"
+            raise CheckpointError(f"{where}: the LLaVA text encoder's image processor settings are missing "
                                   "(expected preprocessor_config.json, a CLIPImageProcessor)")
-    return TextEncoderFolders(te, "llava" if model_type == "llava" else "llama", tok, te2, tok2, image_processor)
+    else:
+        proc = None
+    return TextEncoderFolders(te, model_type, tok, te2, tok2, proc)
 
 
 def load_tokenizers(folders: TextEncoderFolders) -> tuple[Tokenizer, Tokenizer]:
@@ -530,16 +542,17 @@ def load_tokenizers(folders: TextEncoderFolders) -> tuple[Tokenizer, Tokenizer]:
     return tokenizer, load_clip_tokenizer(folders.tokenizer_2)
 
 
-def load_text_encoders(folder: str | os.PathLike, dtype: Any = np.float32,
+def load_text_encoders(source: Any, dtype: Any = np.float32,
                        text_encoder_2_dtype: Any = np.float32) -> HunyuanVideoTextEncoders:
-    """The text side of a HunyuanVideo pipeline folder (diffusers layout), T2V or I2V by its text encoder.
+    """The text side of a HunyuanVideo checkpoint, T2V or I2V by its text encoder.
 
     Every folder and tokenizer is checked and read (:func:`text_encoder_folders`, :func:`load_tokenizers`)
     before any weight is loaded.
 
     Args:
-      folder: the pipeline folder (holding ``text_encoder/``, ``tokenizer/``, ``text_encoder_2/``,
-        ``tokenizer_2/`` and, for I2V, ``image_processor/``).
+      source: a diffusers pipeline folder, or an object with the paths ``text_encoder``, ``tokenizer``,
+        ``text_encoder_2``, ``tokenizer_2``, ``image_processor`` (``HunyuanVideoCheckpoint``); see
+        :func:`text_encoder_folders`.
       dtype: weights of the Llama / LLaVA (``float32`` or ``bfloat16``; norms stay float32).
       text_encoder_2_dtype: weights of CLIP.
 
@@ -547,7 +560,7 @@ def load_text_encoders(folder: str | os.PathLike, dtype: Any = np.float32,
       CheckpointError: a missing folder, file or tensor (named), or weights that do not match their config.
       ValueError: an unsupported configuration.
     """
-    folders = text_encoder_folders(folder)
+    folders = text_encoder_folders(source)
     tokenizer, tokenizer_2 = load_tokenizers(folders)
     image_processor = None
     if folders.kind == "llava":
