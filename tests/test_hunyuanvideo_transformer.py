@@ -35,9 +35,15 @@ from vidax.models.hunyuanvideo.keymap import (
 from vidax.models.hunyuanvideo.transformer import (
     TIME_PROJ_DIM,
     check_inputs,
+    STACKS,
     forward,
+    forward_epilogue,
+    forward_prologue,
+    guidance_input,
+    num_tokens,
     refine_text,
     rope_tables,
+    run_blocks,
     time_proj,
     time_proj_frequencies,
     transformer_specs,
@@ -160,6 +166,28 @@ def test_token_refiner_matches_every_row_of_the_reference(saved):
     assert _rel(np.asarray(out)[0, 5:], ref[0, 5:]) < 1e-5  # the padded rows themselves
 
 
+def test_prologue_blocks_epilogue_compose_and_zero_blocks_are_identities(saved):
+    """The offloading hook: forward = prologue, the two stacks, epilogue; a stack chunk padded with all-zero blocks
+    (their AdaLN gates are zero) gives the same streams."""
+    import jax
+
+    name, _, cfg, path, inputs, ref = saved
+    if name != "token_replace":
+        pytest.skip("one variant suffices (the one with the most block inputs)")
+    params = _load(cfg, path)
+    x, c, block_inputs = forward_prologue(params, **inputs, cfg=cfg)
+    s = num_tokens(cfg, inputs["latents"].shape)
+    for kind, stack in STACKS.items():
+        padded = jax.tree.map(lambda a: jnp.concatenate([a, jnp.zeros_like(a[:1])]), params[stack])
+        x1, c1 = run_blocks(params[stack], x, c, block_inputs, kind=kind, cfg=cfg, video_tokens=s)
+        x2, c2 = run_blocks(padded, x, c, block_inputs, kind=kind, cfg=cfg, video_tokens=s)
+        np.testing.assert_array_equal(np.asarray(x2), np.asarray(x1))
+        np.testing.assert_array_equal(np.asarray(c2), np.asarray(c1))
+        x, c = x1, c1
+    out = forward_epilogue(params, x, block_inputs.temb, cfg=cfg, latent_shape=inputs["latents"].shape)
+    assert _rel(out, ref) < 1e-5
+
+
 def test_fp32_leaves_stay_fp32_in_bf16(saved):
     name, _, cfg, path, _, _ = saved
     if name != "t2v":
@@ -234,6 +262,15 @@ def test_time_projection_follows_the_reference_float32_order():
     assert (np.abs(out - ref) <= bound).all()
     exact = ulps == 0
     np.testing.assert_allclose(out[:, :half][:, exact], ref[:, :half][:, exact], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "fp32"])
+def test_guidance_input_is_built_as_the_reference_pipeline_builds_it(dtype):
+    torch_dtype = {jnp.bfloat16: torch.bfloat16, jnp.float32: torch.float32}[dtype]
+    for scale in (1.0, 3.5, 6.0, 6.3, 7.77, 10.0):
+        ref = (torch.tensor([scale] * 2, dtype=torch_dtype) * 1000.0).float().numpy()  # pipeline_hunyuan_video.py
+        np.testing.assert_array_equal(guidance_input(scale, 2, dtype), ref)
+    assert guidance_input(6.0, 1, dtype)[0] == (6016.0 if dtype == jnp.bfloat16 else 6000.0)
 
 
 # -- the original release's layout --------------------------------------------------------------
@@ -332,9 +369,20 @@ def test_original_layout_gives_exactly_the_diffusers_output(original):
     np.testing.assert_array_equal(_run(original_params, cfg, inputs), _run(diffusers_params, cfg, inputs))
 
 
-def test_original_config_is_read_from_the_shapes(original):
+def test_original_config_is_read_from_the_shapes(original, tmp_path):
     (name, _, cfg, _, _, _), pt = original
-    assert original_transformer_config(pt, rope_axes_dim=TINY["rope_axes_dim"]) == cfg
+    axes = TINY["rope_axes_dim"]
+    assert original_transformer_config(pt, rope_axes_dim=axes) == cfg
+    if name == "t2v":
+        # The same file in the I2V release's folder (here a link, as in the Hugging Face cache): 16 channels in and
+        # out, so the 16-channel image-to-video model (token_replace); 2 * 4 + 1 channels is latent_concat.
+        link = tmp_path / "hunyuan-video-i2v-720p" / "transformers" / "mp_rank_00_model_states.pt"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(pt)
+        assert original_transformer_config(link, rope_axes_dim=axes).image_condition_type == "token_replace"
+        assert original_transformer_config(pt, "i2v", rope_axes_dim=axes).image_condition_type == "token_replace"
+    else:
+        assert cfg.image_condition_type == "latent_concat" and not cfg.guidance_embeds
     with pytest.raises(CheckpointError, match="RoPE axes \\[16, 56, 56\\].*cover 128 features"):
         original_transformer_config(pt)  # the release's axes need 128-wide heads
 

@@ -6,13 +6,13 @@ architecture (24 heads of 128, 20 dual-stream and 40 single-stream blocks, a 2-b
 over 4096-wide Llama states, 768-wide pooled CLIP projection, RoPE theta 256 over axes (16, 56, 56))
 and differ in their input and conditioning:
 
-===================  ===========  ===============  ======================================================
-model                in_channels  guidance_embeds  image_condition_type
-===================  ===========  ===============  ======================================================
-text-to-video        16           true             null
-image-to-video       33           false            ``"latent_concat"`` (noise, image latents, mask)
-image-to-video       16           true             ``"token_replace"`` (first frame's tokens at timestep 0)
-===================  ===========  ===============  ======================================================
+============================  ===========  ===============  ==================================================
+model (diffusers' converter)  in_channels  guidance_embeds  image_condition_type
+============================  ===========  ===============  ==================================================
+``HYVideo-T/2-cfgdistill``    16           true             null (text-to-video)
+``HYVideo-T/2-I2V-33ch``      33           false            ``"latent_concat"`` (noise, image latents, mask)
+``HYVideo-T/2-I2V-16ch``      16           true             ``"token_replace"`` (first frame's tokens at t = 0)
+============================  ===========  ===============  ==================================================
 """
 
 from __future__ import annotations

@@ -287,7 +287,8 @@ def original_transformer_config(path: str | os.PathLike, task: str | None = None
                               f"repository's rope_dim_list) cover {sum(rope_axes_dim)} features")
     out_channels = need("final_layer.linear.weight")[0] // (pt * p * p)
     if task is None:
-        task = "i2v" if "hunyuan-video-i2v" in str(Path(path).resolve()) else "t2v"
+        # The folder names as given: a link into the Hugging Face cache's blobs resolves to a hash.
+        task = "i2v" if any(part.startswith("hunyuan-video-i2v") for part in Path(path).absolute().parts) else "t2v"
     condition = None
     if in_channels == 2 * out_channels + 1:
         condition = "latent_concat"

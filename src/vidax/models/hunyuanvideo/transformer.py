@@ -266,6 +266,20 @@ def _timestep_mlp(p: dict, t: jax.Array) -> jax.Array:
     return _mlp2(p, time_proj(t))
 
 
+def guidance_input(guidance_scale: float, batch: int, dtype) -> np.ndarray:
+    """The ``guidance`` input of a guidance-distilled model as the reference pipelines build it for weights of
+    ``dtype``: ``tensor([guidance_scale] * batch, dtype=dtype) * 1000.0`` (diffusers ``HunyuanVideoPipeline``; the
+    original repository's ``sample_video`` the same way), i.e. the scale rounded to ``dtype``, multiplied in float32
+    and rounded to ``dtype`` again. In bfloat16, 6.0 gives 6016, not 6000 (an 8-bit significand steps by 32 there).
+
+    Returns:
+      float32 ``(batch,)`` (exact values of ``dtype``).
+    """
+    dtype = np.dtype(dtype)
+    scale = np.full((batch,), guidance_scale, np.float64).astype(dtype).astype(np.float32)
+    return (scale * np.float32(1000.0)).astype(dtype).astype(np.float32)
+
+
 def condition_embedding(params: dict, timestep: jax.Array, pooled_projections: jax.Array, guidance: jax.Array | None,
                         cfg: HunyuanVideoTransformerConfig) -> tuple[jax.Array, jax.Array | None]:
     """``time_text_embed`` (``HunyuanVideoConditionEmbedding``).
@@ -694,8 +708,8 @@ def forward(
         mean pooling divides by the count).
       pooled_projections: ``(B, pooled_projection_dim)`` pooled CLIP text projection.
       guidance: ``(B,)`` (or a scalar) ``guidance_scale * 1000`` for guidance-distilled models
-        (``cfg.guidance_embeds``), else None. The reference pipeline builds it in the transformer dtype
-        (``torch.tensor([scale], dtype=bf16) * 1000``); to reproduce a bf16 run, round it the same way.
+        (``cfg.guidance_embeds``), else None; used as given (float32). The reference pipelines build it in the
+        transformer dtype (bf16: 6.0 -> 6016): :func:`guidance_input` does the same.
       cfg: the architecture (static).
       attention_impl: see :mod:`vidax.core.attention` (static).
       mesh: a :func:`vidax.core.sharding.make_mesh` mesh (static), or None for one device.
