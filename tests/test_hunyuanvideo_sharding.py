@@ -139,6 +139,32 @@ def test_parallel_transformer_with_the_cpu_kernel():
     assert _rel(_run("t2v", 1, 2, 2, attention_impl="cpu_flash"), _reference("t2v")) < 1e-5
 
 
+@pytest.mark.parametrize("by_shards", [False, True], ids=["whole", "by_shards"])
+def test_loading_through_the_views_places_each_shard(tmp_path, by_shards):
+    """A diffusers-layout file (written back through the key map and the views) loads already sharded; by shards,
+    each device's slice is read from the fused tensor's view (the single-stream proj_out split by input features)."""
+    from safetensors.numpy import save_file
+
+    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.reader import CheckpointReader
+    from vidax.checkpoint.writer import to_state_dict
+    from vidax.core.params import flatten
+    from vidax.models.hunyuanvideo.keymap import transformer_checkpoint, transformer_keymap, transformer_views
+
+    cfg, mesh = CONFIGS["t2v"], _mesh(2, 2, 2)
+    specs = transformer_specs(cfg)
+    sd = transformer_views(cfg).merge(to_state_dict(_params("t2v"), transformer_keymap(cfg), specs), {})
+    assert sd["single_transformer_blocks.0.proj_out.weight"].shape == (40, 40 + 160)
+    save_file(sd, str(tmp_path / "diffusion_pytorch_model.safetensors"))
+    loaded = load_params(*transformer_checkpoint(CheckpointReader(tmp_path), cfg), specs,
+                         shardings=HUNYUAN_VIDEO_RULES.sharding_fn(mesh), by_shards=by_shards)
+    mlp = loaded["single_transformer_blocks"]["proj_out"]["mlp"]["kernel"]
+    assert mlp.sharding.spec == P(None, "tensor", None) and len(mlp.sharding.device_set) == 8
+    want = dict(flatten(_params("t2v")))
+    for path, a in flatten(loaded):
+        np.testing.assert_array_equal(np.asarray(a), want[path], err_msg=path)
+
+
 def test_check_parallel_errors_are_clear():
     six = HunyuanVideoTransformerConfig(**{**BASE, "num_attention_heads": 6, "rope_axes_dim": (2, 4, 4)})
     message = re.escape("tp=4 does not divide the 6 attention heads") + ".*valid tp: 1, 2, 3, 6(\\n|$)"
