@@ -106,13 +106,24 @@ def _reference(model, inputs):
         return model(hidden_states=args.pop("latents"), **args, return_dict=False)[0].numpy()
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS), ids=list(VARIANTS))
-def saved(request, tmp_path_factory):
-    kwargs, shape = VARIANTS[request.param]
-    path = tmp_path_factory.mktemp(f"hunyuanvideo_{request.param}")
-    model, cfg = _save(kwargs, path)
-    inputs = _inputs(cfg, shape)
-    return request.param, model, cfg, path, inputs, _reference(model, inputs)
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    """``variants(name)``: the saved reference model of a variant, built once per module (one reference run)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            kwargs, shape = VARIANTS[name]
+            path = tmp_path_factory.mktemp(f"hunyuanvideo_{name}")
+            model, cfg = _save(kwargs, path)
+            inputs = _inputs(cfg, shape)
+            cache[name] = (name, model, cfg, path, inputs, _reference(model, inputs))
+        return cache[name]
+
+    return get
+
+
+RELEASED = ["t2v", "latent_concat", "token_replace"]  # the three released architectures
 
 
 def _load(cfg, path, dtype=jnp.float32, layout="diffusers", reader=None):
@@ -124,26 +135,25 @@ def _run(params, cfg, inputs, **kw):
     return np.asarray(forward(params, **inputs, cfg=cfg, **kw))
 
 
-def test_transformer_matches_diffusers_fp32(saved):
-    name, _, cfg, path, inputs, ref = saved
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_transformer_matches_diffusers_fp32(variants, variant):
+    name, _, cfg, path, inputs, ref = variants(variant)
     out = _run(_load(cfg, path), cfg, inputs)
     assert out.shape == ref.shape == (2, cfg.out_channels, *inputs["latents"].shape[2:])
     assert out.dtype == np.float32
     assert _rel(out, ref) < 1e-5
 
 
-def test_transformer_bf16_close_to_fp32_reference(saved):
-    name, _, cfg, path, inputs, ref = saved
-    if name not in ("t2v", "latent_concat", "token_replace"):
-        pytest.skip("the three released variants suffice")
+@pytest.mark.parametrize("variant", RELEASED)
+def test_transformer_bf16_close_to_fp32_reference(variants, variant):
+    name, _, cfg, path, inputs, ref = variants(variant)
     assert _rel(_run(_load(cfg, path, jnp.bfloat16), cfg, inputs), ref) < 1e-2
 
 
-def test_padded_text_changes_nothing_valid(saved):
+@pytest.mark.parametrize("variant", ["t2v"])
+def test_padded_text_changes_nothing_valid(variants, variant):
     """Whatever the padded text tokens hold, the output is the same (they are never keys), as in the reference."""
-    name, model, cfg, path, inputs, ref = saved
-    if name != "t2v":
-        pytest.skip("one variant suffices")
+    name, model, cfg, path, inputs, ref = variants(variant)
     noisy = dict(inputs, encoder_hidden_states=inputs["encoder_hidden_states"].copy())
     noisy["encoder_hidden_states"][0, 5:] = 100.0  # sample 0 keeps 5 tokens
     np.testing.assert_allclose(_reference(model, noisy), ref, rtol=0, atol=1e-5)
@@ -151,11 +161,10 @@ def test_padded_text_changes_nothing_valid(saved):
     np.testing.assert_allclose(out_noisy, out, rtol=0, atol=1e-6)
 
 
-def test_token_refiner_matches_every_row_of_the_reference(saved):
+@pytest.mark.parametrize("variant", ["t2v", "latent_concat"])
+def test_token_refiner_matches_every_row_of_the_reference(variants, variant):
     """The refined text, padded rows included (the reference's mask lets a padded query attend key 0 only)."""
-    name, model, cfg, path, inputs, _ = saved
-    if name not in ("t2v", "latent_concat"):
-        pytest.skip("two variants suffice")
+    name, model, cfg, path, inputs, _ = variants(variant)
     with torch.no_grad():
         ref = model.context_embedder(torch.from_numpy(inputs["encoder_hidden_states"]),
                                      torch.from_numpy(inputs["timestep"]),
@@ -166,14 +175,13 @@ def test_token_refiner_matches_every_row_of_the_reference(saved):
     assert _rel(np.asarray(out)[0, 5:], ref[0, 5:]) < 1e-5  # the padded rows themselves
 
 
-def test_prologue_blocks_epilogue_compose_and_zero_blocks_are_identities(saved):
+@pytest.mark.parametrize("variant", ["token_replace"])
+def test_prologue_blocks_epilogue_compose_and_zero_blocks_are_identities(variants, variant):
     """The offloading hook: forward = prologue, the two stacks, epilogue; a stack chunk padded with all-zero blocks
     (their AdaLN gates are zero) gives the same streams."""
     import jax
 
-    name, _, cfg, path, inputs, ref = saved
-    if name != "token_replace":
-        pytest.skip("one variant suffices (the one with the most block inputs)")
+    name, _, cfg, path, inputs, ref = variants(variant)
     params = _load(cfg, path)
     x, c, block_inputs = forward_prologue(params, **inputs, cfg=cfg)
     s = num_tokens(cfg, inputs["latents"].shape)
@@ -188,10 +196,9 @@ def test_prologue_blocks_epilogue_compose_and_zero_blocks_are_identities(saved):
     assert _rel(out, ref) < 1e-5
 
 
-def test_fp32_leaves_stay_fp32_in_bf16(saved):
-    name, _, cfg, path, _, _ = saved
-    if name != "t2v":
-        pytest.skip("one variant suffices")
+@pytest.mark.parametrize("variant", ["t2v"])
+def test_fp32_leaves_stay_fp32_in_bf16(variants, variant):
+    name, _, cfg, path, _, _ = variants(variant)
     p = _load(cfg, path, jnp.bfloat16)
     fp32 = [p["transformer_blocks"]["norm1"]["linear"]["kernel"],
             p["transformer_blocks"]["norm1_context"]["linear"]["bias"],
@@ -210,11 +217,10 @@ def test_fp32_leaves_stay_fp32_in_bf16(saved):
     assert all(a.dtype == jnp.bfloat16 for a in bf16)
 
 
-def test_views_and_keymap_write_back_the_diffusers_state_dict(saved):
+@pytest.mark.parametrize("variant", ["t2v", "token_replace"])
+def test_views_and_keymap_write_back_the_diffusers_state_dict(variants, variant):
     """Our tree written back through the key map and merged through the views is the reference's state dict."""
-    name, model, cfg, path, _, _ = saved
-    if name not in ("t2v", "token_replace"):
-        pytest.skip("two variants suffice")
+    name, model, cfg, path, _, _ = variants(variant)
     views = to_state_dict(_host(_load(cfg, path)), transformer_keymap(cfg), transformer_specs(cfg))
     back = transformer_views(cfg).merge(views, {})
     ref = {k: v.numpy() for k, v in model.state_dict().items()}
@@ -346,11 +352,10 @@ def _original_state_dict(sd: dict, cfg: HunyuanVideoTransformerConfig) -> dict:
     return {k: v.contiguous() for k, v in out.items()}
 
 
-@pytest.fixture(scope="module")
-def original(saved, tmp_path_factory):
+@pytest.fixture(scope="module", params=["t2v", "latent_concat"])
+def original(variants, request, tmp_path_factory):
+    saved = variants(request.param)
     name, model, cfg, path, inputs, ref = saved
-    if name not in ("t2v", "latent_concat"):
-        pytest.skip("two variants suffice")
     folder = tmp_path_factory.mktemp(f"original_{name}") / "hunyuan-video-t2v-720p" / "transformers"
     folder.mkdir(parents=True)
     pt = folder / "mp_rank_00_model_states.pt"
