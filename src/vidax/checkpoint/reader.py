@@ -297,17 +297,60 @@ class CountingReader:
 
 
 @dataclass(frozen=True)
+class Split:
+    """How one fused checkpoint tensor divides into named parts along one axis (:class:`TensorViews`).
+
+    Attributes:
+      names: the parts, in the order they are stored.
+      sizes: each part's length along ``axis``; None: equal parts.
+      axis: the axis of the checkpoint tensor (as stored, before any layout change) that is divided: 0 for a
+        ``Linear``'s output features (fused q/k/v), 1 for its input features (an output projection over
+        concatenated inputs).
+    """
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...] | None = None
+    axis: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "names", tuple(self.names))
+        if self.sizes is not None:
+            object.__setattr__(self, "sizes", tuple(int(n) for n in self.sizes))
+            if len(self.sizes) != len(self.names) or any(n < 1 for n in self.sizes):
+                raise ValueError(f"Split {self.names}: sizes {self.sizes} must be one positive size per part")
+
+    def bounds(self, key: str, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+        """``(start, stop)`` of each part along :attr:`axis` in a tensor of ``shape``.
+
+        Raises:
+          CheckpointError: the tensor has no such axis, or it does not divide into these parts (named).
+        """
+        length = shape[self.axis] if len(shape) > self.axis else None
+        sizes = self.sizes
+        if sizes is None and length is not None and length % len(self.names) == 0:
+            sizes = (length // len(self.names),) * len(self.names)
+        if length is None or sizes is None or sum(sizes) != length:
+            want = "equal parts" if self.sizes is None else f"parts of sizes {list(self.sizes)}"
+            raise CheckpointError(f"{name_excerpt(key)}: shape {tuple(shape)} cannot be split into {len(self.names)} "
+                                  f"{want} {list(self.names)} along axis {self.axis}")
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [(a, a + n) for a, n in zip(starts, sizes)]
+
+
+@dataclass(frozen=True)
 class TensorViews:
     """Checkpoint tensors read as other tensors: fused ones split, leading size-1 axes dropped.
 
     Some layouts store what the model declares as several parameters in one tensor (the original
-    Wan CLIP's fused ``attn.to_qkv``), or with broadcast axes (its ``cls_embedding`` of shape
-    ``(1, 1, D)``). A key map rule maps one tensor to one parameter, so such a layout declares its
-    views here and reads through :meth:`reader`; the views are NumPy views of the memory map, no copy.
+    Wan CLIP's fused ``attn.to_qkv``; HunyuanVideo's fused q/k/v/MLP ``linear1`` and its output
+    projection over attention and MLP features), or with broadcast axes (the CLIP's ``cls_embedding``
+    of shape ``(1, 1, D)``). A key map rule maps one tensor to one parameter, so such a layout declares
+    its views here and reads through :meth:`reader`; the views are NumPy views of the memory map, no copy.
 
-    * ``split``: ``{regex: part_names}``. A matching key ``K`` of shape ``(n * m, ...)`` is replaced by
-      ``K[part]`` for each part name, the ``m`` consecutive rows ``[i * m, (i + 1) * m)`` of part ``i``
-      (PyTorch's ``Linear(d, 3d)`` output features, ordered q, k, v, for ``("q", "k", "v")``).
+    * ``split``: ``{regex: part_names | Split}``. A matching key ``K`` is replaced by ``K[part]`` for each
+      part. With a tuple of names, ``K`` of shape ``(n * m, ...)`` gives part ``i`` the ``m`` consecutive
+      rows ``[i * m, (i + 1) * m)`` (PyTorch's ``Linear(d, 3d)`` output features, ordered q, k, v, for
+      ``("q", "k", "v")``); a :class:`Split` gives parts of other sizes or along another axis.
       Error messages then name ``...to_qkv.weight[k]``, which points at the real tensor.
     * ``squeeze``: regexes of keys whose leading size-1 axes are dropped (``(1, 1, D)`` -> ``(D,)``).
 
@@ -315,17 +358,17 @@ class TensorViews:
     from ``shapes``.
     """
 
-    split: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    split: dict[str, tuple[str, ...] | Split] = field(default_factory=dict)
     squeeze: tuple[str, ...] = ()
 
     def reader(self, reader) -> _ViewReader:
         """``reader`` with these views applied (same ``keys/shape/dtype/get`` interface)."""
         return _ViewReader(reader, self)
 
-    def _split_parts(self, key: str) -> tuple[str, ...] | None:
+    def _split_parts(self, key: str) -> Split | None:
         for pattern, parts in self.split.items():
             if re.fullmatch(pattern, key):
-                return parts
+                return parts if isinstance(parts, Split) else Split(tuple(parts))
         return None
 
     def _squeezed(self, key: str) -> bool:
@@ -349,8 +392,8 @@ class TensorViews:
             else:
                 out[key] = value
         for key, parts in pending.items():
-            names = self._split_parts(key)
-            out[key] = np.ascontiguousarray(np.concatenate([parts[n] for n in names], axis=0))
+            split = self._split_parts(key)
+            out[key] = np.ascontiguousarray(np.concatenate([parts[n] for n in split.names], axis=split.axis))
         return out
 
 
@@ -360,20 +403,17 @@ class _ViewReader:
     def __init__(self, reader, views: TensorViews):
         self.inner = reader
         self.path = getattr(reader, "path", None)
-        self._map: dict[str, tuple[str, int, int]] = {}  # view key -> (key, part index, parts); -1: squeeze, 0: plain
+        # view key -> (key, axis, start, stop) of a part; (key, -1, 0, 0): squeezed; (key, None, 0, 0): as stored
+        self._map: dict[str, tuple[str, int | None, int, int]] = {}
         for key in reader.keys():
-            parts = views._split_parts(key)
-            if parts is not None:
-                rows = reader.shape(key)[0] if reader.shape(key) else 0
-                if not reader.shape(key) or rows % len(parts):
-                    raise CheckpointError(f"{name_excerpt(key)}: shape {tuple(reader.shape(key))} cannot be split into "
-                                          f"{len(parts)} equal parts {list(parts)} along its first axis")
-                for i, name in enumerate(parts):
-                    self._map[f"{key}[{name}]"] = (key, i, len(parts))
+            split = views._split_parts(key)
+            if split is not None:
+                for name, (lo, hi) in zip(split.names, split.bounds(key, tuple(reader.shape(key)))):
+                    self._map[f"{key}[{name}]"] = (key, split.axis, lo, hi)
             elif views._squeezed(key):
-                self._map[key] = (key, -1, 0)
+                self._map[key] = (key, -1, 0, 0)
             else:
-                self._map[key] = (key, 0, 0)
+                self._map[key] = (key, None, 0, 0)
 
     def keys(self) -> list[str]:
         return list(self._map)
@@ -382,24 +422,23 @@ class _ViewReader:
         return key in self._map
 
     def shape(self, key: str) -> tuple[int, ...]:
-        src, i, n = self._map[key]
+        src, axis, lo, hi = self._map[key]
         shape = tuple(self.inner.shape(src))
-        if n:
-            return (shape[0] // n, *shape[1:])
-        if i == -1:
+        if axis is None:
+            return shape
+        if axis == -1:
             lead = next((j for j, s in enumerate(shape) if s != 1), len(shape) - 1)
             return shape[lead:]
-        return shape
+        return (*shape[:axis], hi - lo, *shape[axis + 1 :])
 
     def dtype(self, key: str) -> np.dtype:
         return self.inner.dtype(self._map[key][0])
 
     def get(self, key: str) -> np.ndarray:
-        src, i, n = self._map[key]
+        src, axis, lo, hi = self._map[key]
         a = self.inner.get(src)
-        if n:
-            m = a.shape[0] // n
-            return a[i * m : (i + 1) * m]
-        if i == -1:
+        if axis is None:
+            return a
+        if axis == -1:
             return a.reshape(self.shape(key))
-        return a
+        return a[(slice(None),) * axis + (slice(lo, hi),)]
