@@ -175,7 +175,7 @@ def test_tiled_decode_matches_reference(tiny):
 @pytest.mark.parametrize("shape, latent_shape, calls", [
     ((1, 3, 1, 48, 40), (1, 4, 1, 6, 5), 9),  # an image (image-to-video): 3 x 3 spatial tiles of 32 x 24 every 16
     ((1, 3, 13, 32, 24), (1, 4, 4, 4, 3), 3),  # frame tiles of 9 frames every 4 (the last, of 1 frame, adds nothing)
-])
+], ids=["image", "video"])
 def test_tiled_encode_matches_reference(tiny, shape, latent_shape, calls):
     model, cfg, params, _ = tiny
     x = _video(shape, shape[2])
@@ -196,7 +196,7 @@ def test_tiling_settings_are_checked():
         hv.VAETiling(tile_sample_stride_height=4).resolve(cfg)
     with pytest.raises(ValueError, match="tile_sample_stride_num_frames .* at most tile_sample_min_num_frames"):
         hv.VAETiling(tile_sample_stride_num_frames=20).resolve(cfg)
-    with pytest.raises(ValueError, match="tile_sample_min_width=0.5 should be a positive integer"):
+    with pytest.raises(ValueError, match="tile_sample_min_width=0.5 should be an integer from 1"):
         hv.VAETiling(tile_sample_min_width=0.5).resolve(cfg)
 
 

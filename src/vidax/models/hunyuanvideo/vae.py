@@ -627,14 +627,14 @@ class VAETiling:
         ``latent_blend_{height,width,frames}`` (encode: latents), and the sample sizes and strides.
 
         Raises:
-          ValueError: a size that is not an integer, or a stride below one latent pixel / frame or above the
-            tile size (gaps between tiles).
+          ValueError: a size or stride that is not an integer from 1 to 2**20, or a stride below one latent
+            pixel / frame or above the tile size (gaps between tiles).
         """
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name not in ("spatial", "temporal") and (not isinstance(v, (int, np.integer)) or isinstance(v, bool)
                                                           or not 1 <= v <= 1 << 20):
-                raise ValueError(f"VAETiling: {f.name}={v!r} should be a positive integer")
+                raise ValueError(f"VAETiling: {f.name}={v!r} should be an integer from 1 to {1 << 20}")
         s, t = cfg.spatial_compression_ratio, cfg.temporal_compression_ratio
         q: dict[str, int] = {}
         for axis, name, unit in (("height", "height", s), ("width", "width", s), ("frames", "num_frames", t)):
