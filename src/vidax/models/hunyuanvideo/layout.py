@@ -90,14 +90,17 @@ class HunyuanVideoCheckpoint:
         if self.layout == ORIGINAL:
             from vidax.models.hunyuanvideo.keymap import original_transformer_config
 
-            return original_transformer_config(self.transformer)
+            return original_transformer_config(self.transformer, task=self.task)
         return hcfg.HunyuanVideoTransformerConfig.from_dict(read_json(self.transformer / "config.json"))
 
     def vae_config(self):
         """The VAE's configuration (``vae/config.json``)."""
         from vidax.models.hunyuanvideo.vae import HunyuanVideoVAEConfig
 
-        return HunyuanVideoVAEConfig.from_dict(read_json(self.vae / "config.json"))
+        config = read_json(self.vae / "config.json")
+        if config.get("_class_name") == "AutoencoderKLCausal3D":  # the original release's
+            return HunyuanVideoVAEConfig.from_original_dict(config)
+        return HunyuanVideoVAEConfig.from_dict(config)
 
     def scheduler_config(self) -> dict:
         """``scheduler_config.json`` as a dict; the original release: its flow-matching settings (shift 7.0)."""
