@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from vidax.checkpoint.loader import DictReader, LayerChunks, load_params
-from vidax.core.offload import ChunkPlan, OffloadedStack, host_memory_kind, stream
+from vidax.core.offload import (ChunkPlan, OffloadedStack, block_placement, block_plans, host_memory_kind, stream,
+                                stream_stacks)
 from vidax.core.params import flatten
 from vidax.core.sharding import make_mesh
 from vidax.models.wan.config import WanTransformerConfig
@@ -168,6 +169,64 @@ def test_stream_issues_the_next_copy_before_computing(overlap):
         assert events == ["fetch0", "fetch1", "run0", "fetch2", "run1", "run2"]
     else:
         assert events == ["fetch0", "run0", "fetch1", "run1", "fetch2", "run2"]
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])
+def test_stream_stacks_streams_two_stacks_as_one_sequence(overlap):
+    """The first chunk of the second stack is copied while the last chunk of the first computes (never more than
+    two chunks fetched ahead), each stack's chunks run by its own function."""
+    events = []
+
+    class Named(_FakeStack):
+        def __init__(self, name, n):
+            super().__init__(n, events)
+            self.name = name
+
+        def fetch(self, i):
+            events.append(f"fetch {self.name}{i}")
+            return f"{self.name}{i}"
+
+    def run(kind):
+        return lambda chunk, carry: events.append(f"{kind} {chunk}") or carry + [chunk]
+
+    out = stream_stacks([(Named("d", 2), run("double")), (Named("s", 2), run("single"))], [], overlap=overlap)
+    assert out == ["d0", "d1", "s0", "s1"]
+    if overlap:
+        assert events == ["fetch d0", "fetch d1", "double d0", "fetch s0", "double d1", "fetch s1", "single s0",
+                          "single s1"]
+    else:
+        assert events == ["fetch d0", "double d0", "fetch d1", "double d1", "fetch s0", "single s0", "fetch s1",
+                          "single s1"]
+
+
+def test_block_plans_chunk_every_stack_with_one_size():
+    """HunyuanVideo's 20 dual-stream and 40 single-stream blocks: chunk 20 is the paper's "20/40"."""
+    plans = block_plans({"transformer_blocks": 20, "single_transformer_blocks": 40}, 20)
+    assert [(p.num_chunks, p.padded_layers, p.memory) for p in plans.values()] == [(1, 20, "host"), (2, 40, "host")]
+    assert list(plans) == ["transformer_blocks", "single_transformer_blocks"]
+    assert block_plans({"a": 3, "b": 5}, None, "scan") is None
+    host = block_plans({"a": 3, "b": 5}, None, "host")
+    assert {k: (p.chunk, p.memory, p.num_chunks) for k, p in host.items()} == {"a": (1, "device", 3),
+                                                                                "b": (1, "device", 5)}
+    for bad in (0, 21, 2.5, True):
+        with pytest.raises(ValueError, match=r"between 1 and 20, the layers of the smallest block stack \(it applies "
+                                             r"to each stack: transformer_blocks 20, single_transformer_blocks 40\).*"
+                                             r"divide every stack \(no padding\): \[1, 2, 4, 5, 10, 20\]"):
+            block_plans({"transformer_blocks": 20, "single_transformer_blocks": 40}, bad)
+
+
+def test_block_placement_chunks_each_stack_by_its_plan():
+    """A mapping of plans chunks every stack named in it (and nothing else); a bare plan is the stack "blocks"."""
+    plans = {"double": ChunkPlan(3, 2), "single": ChunkPlan(5, 2, "device")}
+    place = block_placement(plans)
+    spec = None
+    double, single = place("double/attn/kernel", spec), place("single/mlp/kernel", spec)
+    assert isinstance(double, LayerChunks) and isinstance(single, LayerChunks)
+    assert (double.size, single.size) == (2, 2) and single.sharding.memory_kind == "device"
+    assert double.sharding.memory_kind == host_memory_kind()
+    assert place("doubles/kernel", spec) is None and place("blocks/kernel", spec) is None
+    bare = block_placement(ChunkPlan(3, 1))
+    assert isinstance(bare("blocks/kernel", spec), LayerChunks) and bare("double/kernel", spec) is None
 
 
 def test_chunk_plan_pads_and_rejects_bad_sizes():

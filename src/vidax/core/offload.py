@@ -29,11 +29,20 @@ Overlap (:func:`stream`)
     are ever in device memory (the one computing, the one arriving): two fixed-size device
     buffers that the allocator hands back and forth (chunks have one size). ``overlap=False`` is
     the paper's serial mode: copy, wait, compute, wait.
+
+Several stacks
+    A model with more than one block stack (HunyuanVideo: dual-stream, then single-stream blocks)
+    chunks each stack with one chunk size (:func:`block_plans`: one :class:`ChunkPlan` per stack,
+    keyed by the stack's parameter subtree), loads them with one placement
+    (:func:`block_placement` with that mapping), splits them off together (:func:`split_stacks`)
+    and streams the chunks of all stacks as one sequence (:func:`stream_stacks`), so the copy of the
+    next stack's first chunk overlaps the previous stack's last chunk and the two-chunk bound holds
+    across the boundary (the stacks' chunks may differ in size).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,34 +274,97 @@ def block_plan(num_layers: int, offload_chunk: int | None, block_loop: str = "au
     return None
 
 
-def block_placement(plan: ChunkPlan | None, mesh: Any = None, rules: Any = None):
-    """The loader's ``shardings`` for a transformer whose blocks are ``"blocks/..."`` stacked leaves.
+def block_plans(num_layers: Mapping[str, int], offload_chunk: int | None,
+                block_loop: str = "auto") -> dict[str, ChunkPlan] | None:
+    """:func:`block_plan` for a transformer with several block stacks, one ``offload_chunk`` for all of them.
 
     Args:
-      plan: None (every leaf resident), or how the blocks are chunked (:func:`block_plan`).
+      num_layers: ``{stack: layers}``, the stacks keyed by their parameter subtree (e.g.
+        ``{"transformer_blocks": 20, "single_transformer_blocks": 40}``), in the order they run.
+      offload_chunk, block_loop: as :func:`block_plan`; the chunk size applies to each stack (a stack
+        whose layer count it does not divide gets a zero-padded last chunk).
+
+    Returns:
+      ``{stack: ChunkPlan}`` (same keys and order), or None for stacked blocks under ``scan``.
+
+    Raises:
+      ValueError: an unknown ``block_loop``; an ``offload_chunk`` that is not an integer between 1 and the
+        smallest stack's layer count (the message gives each stack's count and the sizes that divide all
+        of them).
+    """
+    if offload_chunk is not None:
+        top = min(num_layers.values())
+        if isinstance(offload_chunk, bool) or not (isinstance(offload_chunk, (int, np.integer))
+                                                   and 1 <= offload_chunk <= top):
+            counts = ", ".join(f"{name} {n}" for name, n in num_layers.items())
+            common = [d for d in range(1, top + 1) if all(n % d == 0 for n in num_layers.values())]
+            raise ValueError(f"offload chunk must be an integer between 1 and {top}, the layers of the smallest block "
+                             f"stack (it applies to each stack: {counts}), got {offload_chunk!r}; sizes that divide "
+                             f"every stack (no padding): {common}")
+    plans = {name: block_plan(n, offload_chunk, block_loop) for name, n in num_layers.items()}
+    return None if all(p is None for p in plans.values()) else plans
+
+
+def _stack_plans(plan: ChunkPlan | Mapping[str, ChunkPlan] | None) -> dict[str, ChunkPlan]:
+    """A bare plan is the one stack ``"blocks"`` (Wan, CogVideoX, LTX)."""
+    if plan is None:
+        return {}
+    return {"blocks": plan} if isinstance(plan, ChunkPlan) else dict(plan)
+
+
+def block_placement(plan: ChunkPlan | Mapping[str, ChunkPlan] | None, mesh: Any = None, rules: Any = None):
+    """The loader's ``shardings`` for a transformer whose block stacks are stacked leaves.
+
+    Args:
+      plan: None (every leaf resident); a :class:`ChunkPlan` for the one stack ``"blocks/..."``
+        (:func:`block_plan`); or ``{stack: ChunkPlan}`` for the stacks ``"stack/..."`` of a model with
+        several (:func:`block_plans`).
       mesh, rules: the transformer's mesh and its :class:`~vidax.core.sharding.ShardingRules`
         (None mesh: one device).
 
     Returns:
       None (one device, nothing chunked), or ``(path, spec) -> sharding``: the resident sharding of
-      ``rules`` on ``mesh``, and for the blocks a :class:`~vidax.checkpoint.loader.LayerChunks` of
-      ``plan.chunk`` layers with that sharding in the plan's memory (``"device"``, or the backend's
+      ``rules`` on ``mesh``, and for a stack's leaves a :class:`~vidax.checkpoint.loader.LayerChunks` of
+      its plan's ``chunk`` layers with that sharding in the plan's memory (``"device"``, or the backend's
       host memory kind: :func:`host_memory_kind`; None: NumPy chunks).
     """
     from vidax.checkpoint.loader import LayerChunks
 
     resident = None if mesh is None else rules.sharding_fn(mesh)
-    if plan is None:
+    plans = _stack_plans(plan)
+    if not plans:
         return resident
-    kind = "device" if plan.memory == "device" else host_memory_kind()
+    host = host_memory_kind()
+    prefixes = [(name + "/", p, "device" if p.memory == "device" else host) for name, p in plans.items()]
 
     def placement(path, spec):
         sharding = None if resident is None else resident(path, spec)
-        if path.startswith("blocks/"):
-            return LayerChunks(with_memory_kind(device_sharding(sharding), kind), plan.chunk)
+        for prefix, p, kind in prefixes:
+            if path.startswith(prefix):
+                return LayerChunks(with_memory_kind(device_sharding(sharding), kind), p.chunk)
         return sharding
 
     return placement
+
+
+def split_stacks(params: dict, specs: dict, plans: Mapping[str, ChunkPlan] | None, mesh: Any = None,
+                 rules: Any = None) -> tuple[dict, dict[str, OffloadedStack]]:
+    """``(params without the stacks, {stack: OffloadedStack})`` (``(params, {})`` without ``plans``).
+
+    ``params`` is what :func:`vidax.checkpoint.loader.load_params` returned for the
+    :func:`block_placement` of ``plans`` (each stack's leaves tuples of chunks); a stack's device
+    shardings are the resident ones of ``rules`` on ``mesh`` (None mesh: the first local device).
+    ``params`` itself loses the stacks' subtrees.
+    """
+    if not plans:
+        return params, {}
+    from vidax.core.params import map_specs
+
+    device = (rules.param_shardings(specs, mesh) if mesh is not None
+              else map_specs(lambda *_: device_sharding(None), specs))
+    stacks = {name: OffloadedStack.from_chunk_leaves(params.pop(name), device[name], p.num_layers, p.memory)
+              for name, p in plans.items()}
+    return params, stacks
 
 
 def split_blocks(params: dict, specs: dict, plan: ChunkPlan | None, mesh: Any = None,
@@ -305,11 +377,8 @@ def split_blocks(params: dict, specs: dict, plan: ChunkPlan | None, mesh: Any = 
     """
     if plan is None:
         return params, None
-    from vidax.core.params import map_specs
-
-    device = (rules.param_shardings(specs, mesh) if mesh is not None
-              else map_specs(lambda *_: device_sharding(None), specs))["blocks"]
-    return params, OffloadedStack.from_chunk_leaves(params.pop("blocks"), device, plan.num_layers, plan.memory)
+    params, stacks = split_stacks(params, specs, {"blocks": plan}, mesh, rules)
+    return params, stacks["blocks"]
 
 
 def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: Any, *, overlap: bool = True,
@@ -335,35 +404,57 @@ def stream(stack: OffloadedStack, run_chunk: Callable[[dict, Any], Any], carry: 
     Chunks already in device memory (:attr:`OffloadedStack.in_device_memory`) are not fetched:
     every ``run_chunk`` is dispatched at once, without waiting, as the calls of one program.
     """
-    n = stack.num_chunks
-    if stack.in_device_memory:
-        for chunk in stack.chunks:
-            carry = run_chunk(chunk, carry)
+    return stream_stacks([(stack, run_chunk)], carry, overlap=overlap, timings=timings)
+
+
+def stream_stacks(stages: Sequence[tuple[OffloadedStack, Callable[[dict, Any], Any]]], carry: Any, *,
+                  overlap: bool = True, timings: list | None = None) -> Any:
+    """:func:`stream` over several stacks in turn: ``stages`` is ``[(stack, run_chunk), ...]`` in running order.
+
+    The chunks of all stages form one sequence, so with ``overlap`` the first chunk of a stack is copied
+    while the last chunk of the stack before it computes, and at most two chunks (of whichever stacks)
+    occupy device memory at any time. Stacks in device memory are not fetched (if every stack is, every
+    ``run_chunk`` is dispatched at once, without waiting).
+
+    Returns:
+      the carry after the last chunk of the last stage (not waited for, as :func:`stream`).
+    """
+    steps = [(stack, i, run) for stack, run in stages for i in range(stack.num_chunks)]
+    if all(stack.in_device_memory for stack, _ in stages):
+        for stack, i, run in steps:
+            carry = run(stack.chunks[i], carry)
         return carry
+
+    def fetch(k: int):
+        stack, i, _ = steps[k]
+        return stack.chunks[i] if stack.in_device_memory else stack.fetch(i)
+
+    n = len(steps)
     if not overlap:
         import time
 
-        for i in range(n):
+        for k in range(n):
             t0 = time.perf_counter()
-            chunk = jax.block_until_ready(stack.fetch(i))
+            chunk = jax.block_until_ready(fetch(k))
             t1 = time.perf_counter()
-            carry = jax.block_until_ready(run_chunk(chunk, carry))
+            carry = jax.block_until_ready(steps[k][2](chunk, carry))
             del chunk
             if timings is not None:
                 timings.append((t1 - t0, time.perf_counter() - t1))
         return carry
-    nxt = stack.fetch(0)
-    for i in range(n):
+    nxt = fetch(0)
+    for k in range(n):
         cur, nxt = nxt, None
-        if i + 1 < n:
-            # carry is chunk i-1's output: once it is ready, chunk i-1's weights are released, and
-            # the copy of chunk i+1 takes their place while chunk i computes.
+        if k + 1 < n:
+            # carry is chunk k-1's output: once it is ready, chunk k-1's weights are released, and
+            # the copy of chunk k+1 takes their place while chunk k computes.
             jax.block_until_ready(carry)
-            nxt = stack.fetch(i + 1)
-        carry = run_chunk(cur, carry)
+            nxt = fetch(k + 1)
+        carry = steps[k][2](cur, carry)
         del cur
     return carry
 
 
-__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "block_placement", "block_plan", "device_sharding",
-           "host_memory_kind", "split_blocks", "stream", "with_memory_kind"]
+__all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "block_placement", "block_plan", "block_plans",
+           "device_sharding", "host_memory_kind", "split_blocks", "split_stacks", "stream", "stream_stacks",
+           "with_memory_kind"]

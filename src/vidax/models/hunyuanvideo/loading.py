@@ -122,9 +122,18 @@ def load_vae(ckpt: HunyuanVideoCheckpoint, cfg, dtype: Any, parts=None) -> dict:
 
 
 def load_components(ckpt: HunyuanVideoCheckpoint, tcfg, vcfg, *, dtype: Any, vae_dtype: Any, text_encoder_dtype: Any,
-                    mesh, rules, keep_text: bool, progress) -> tuple[dict, dict, TextEncoders]:
+                    mesh, rules, keep_text: bool, progress,
+                    plans: dict | None = None) -> tuple[dict, dict, dict, TextEncoders]:
     """Everything a pipeline loads, as one ``loading`` stage: the transformer placed once (sharded by ``rules`` on
     ``mesh``), the VAE, and the text encoders with their tokenizers (checked before any weight is read).
+
+    ``plans`` (:func:`vidax.models.hunyuanvideo.block_loop.plans_for`): the two block stacks are read straight into
+    chunks (host memory for offloading, device memory for the host block loop) and split off the parameters.
+
+    Returns:
+      ``(transformer params, stacks, vae params, text encoders)``: ``stacks`` is ``{}`` without ``plans`` (the stacks
+      stay in the params), else ``{"transformer_blocks": OffloadedStack, "single_transformer_blocks": ...}`` and the
+      params hold the rest.
 
     Raises:
       CheckpointError: a missing part or tokenizer, components that do not fit each other (the text encoder's width
@@ -132,7 +141,8 @@ def load_components(ckpt: HunyuanVideoCheckpoint, tcfg, vcfg, *, dtype: Any, vae
         channels against the transformer's), or weights that do not match their configuration.
     """
     from vidax.checkpoint.errors import CheckpointError
-    from vidax.core.offload import block_placement
+    from vidax.core.offload import block_placement, split_stacks
+    from vidax.models.hunyuanvideo.transformer import transformer_specs
 
     folders = htext.text_encoder_folders(ckpt)
     width = LlamaConfig.from_dict(read_json(folders.text_encoder / "config.json")).hidden_size
@@ -156,7 +166,8 @@ def load_components(ckpt: HunyuanVideoCheckpoint, tcfg, vcfg, *, dtype: Any, vae
         return htext.load_text_encoders(ckpt, text_encoder_dtype)
 
     with as_progress(progress).stage("loading", total=3, unit="part") as stage:
-        tparams = load_transformer(ckpt, tcfg, dtype, shardings=block_placement(None, mesh, rules))
+        tparams = load_transformer(ckpt, tcfg, dtype, shardings=block_placement(plans, mesh, rules))
+        tparams, stacks = split_stacks(tparams, transformer_specs(tcfg), plans, mesh, rules)
         stage.update()
         vparams = load_vae(ckpt, vcfg, vae_dtype)
         stage.update()
@@ -165,4 +176,4 @@ def load_components(ckpt: HunyuanVideoCheckpoint, tcfg, vcfg, *, dtype: Any, vae
         stage.update()
     interleave = 4 if tcfg.image_condition_type == "token_replace" else 2
     text = TextEncoders(text_loader, encoders, keep=keep_text, image_embed_interleave=interleave)
-    return tparams, vparams, text
+    return tparams, stacks, vparams, text

@@ -45,6 +45,7 @@ from vidax.core.placement import first_device, mesh_context, parallel_metrics, r
 from vidax.core.progress import Progress, as_progress
 from vidax.core.residency import keep_resident
 from vidax.core.sharding import optional_mesh
+from vidax.models.hunyuanvideo import block_loop as hv_block_loop
 from vidax.models.hunyuanvideo import vae as hvae
 from vidax.models.hunyuanvideo.family import check_sizes
 from vidax.models.hunyuanvideo.layout import check_tokenizers, resolve_checkpoint
@@ -85,11 +86,16 @@ class HunyuanVideoPipeline:
     TASK = "t2v"
 
     def __init__(self, ckpt, transformer_cfg, transformer_params: dict, vae_cfg, vae_params: dict, text,
-                 scheduler_config: dict, attention: str = "auto", mesh=None, rules=HUNYUAN_VIDEO_RULES):
+                 scheduler_config: dict, attention: str = "auto", mesh=None, rules=HUNYUAN_VIDEO_RULES,
+                 block_chunks: dict | None = None, offload_overlap: bool = True):
         self.ckpt = ckpt
         self.folder = ckpt.folder
         self.transformer_cfg = transformer_cfg
+        # With the host block loop or offloading the two block stacks are block_chunks ({stack: OffloadedStack},
+        # vidax.models.hunyuanvideo.block_loop) and transformer_params holds the parameters outside them.
         self.transformer_params = transformer_params
+        self.block_chunks = block_chunks or None
+        self.offload_overlap = offload_overlap
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         self.text = text  # vidax.models.hunyuanvideo.loading.TextEncoders
@@ -111,6 +117,7 @@ class HunyuanVideoPipeline:
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto",
+                        block_loop: str = "auto", offload_chunk: int | None = None, offload_overlap: bool = True,
                         progress: bool | Progress = True,
                         compile_cache: bool | str | os.PathLike = True) -> HunyuanVideoPipeline:
         """Load a HunyuanVideo folder (diffusers layout, the original release's ``ckpts``, or ``vidax convert``'s).
@@ -128,13 +135,27 @@ class HunyuanVideoPipeline:
           devices: the mesh's devices (default all).
           text_encoder_residency: ``"free"`` frees the text encoders after each encoding (loaded again for the next
             prompt), ``"resident"`` keeps them, ``"auto"``: freed on accelerators, kept on the CPU backend.
+          block_loop: ``"scan"`` (each block stack under ``lax.scan`` in one step program), ``"host"`` (one compiled
+            block program per stack kind, called per block from the host over per-block weights in device memory:
+            :mod:`vidax.models.hunyuanvideo.block_loop`), or ``"auto"``: ``"host"`` on the CPU backend, ``"scan"``
+            elsewhere (docs/design.md, "Block loop"). Same values either way. Ignored (but checked) with
+            ``offload_chunk``.
+          offload_chunk: keep both block stacks in host memory (``pinned_host`` where the backend has it) and stream
+            ``offload_chunk`` blocks at a time to the devices, each step; the size applies to each stack (the
+            paper's row: 20, the 20 dual-stream blocks in one chunk and the 40 single-stream blocks in two), from 1
+            to the smaller stack's block count (20), a stack it does not divide zero-padded. None: resident. Same
+            values as resident.
+          offload_overlap: with offloading, copy the next chunk while the current one computes (at most two chunks
+            in device memory); False: copy, wait, compute, wait (one chunk).
           progress: show the loading stage.
           compile_cache: JAX's persistent compilation cache (:func:`vidax.core.compile_cache.enable_for_api`).
 
         Raises:
           CheckpointError: a missing part or tokenizer (named), a folder of the other task, components that do not
             fit each other, or weights that do not match their configuration (all mismatches listed).
-          ValueError: a bad dtype, mesh or tp (raised before any weight is read).
+          ValueError: a bad dtype, mesh or tp (a tp that does not divide the head count: the valid sizes listed), an
+            unknown ``block_loop``, or an ``offload_chunk`` that is not an integer in ``[1, num_layers]`` (the sizes
+            that need no padding listed); all raised before any weight is read.
         """
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
@@ -151,10 +172,12 @@ class HunyuanVideoPipeline:
         mesh = optional_mesh(dp, tp, sp, devices=devices)
         if mesh is not None:
             check_parallel(tcfg, mesh, HUNYUAN_VIDEO_RULES)
-        tparams, vparams, text = load_components(
+        plans = hv_block_loop.plans_for(tcfg, offload_chunk, block_loop)
+        tparams, chunks, vparams, text = load_components(
             ckpt, tcfg, vcfg, dtype=dtype, vae_dtype=vae_dtype, text_encoder_dtype=text_encoder_dtype, mesh=mesh,
-            rules=HUNYUAN_VIDEO_RULES, keep_text=keep_resident(text_encoder_residency), progress=progress)
-        pipe = cls(ckpt, tcfg, tparams, vcfg, vparams, text, ckpt.scheduler_config(), attention, mesh=mesh)
+            rules=HUNYUAN_VIDEO_RULES, keep_text=keep_resident(text_encoder_residency), progress=progress, plans=plans)
+        pipe = cls(ckpt, tcfg, tparams, vcfg, vparams, text, ckpt.scheduler_config(), attention, mesh=mesh,
+                   block_chunks=chunks, offload_overlap=offload_overlap)
         pipe.load_seconds = time.perf_counter() - t0
         pipe.progress = progress
         return pipe
@@ -195,7 +218,33 @@ class HunyuanVideoPipeline:
     @property
     def compute_dtype(self) -> np.dtype:
         """The transformer's weight dtype (``from_pretrained``'s ``dtype``)."""
-        return self.transformer_params["transformer_blocks"]["attn"]["to_q"]["kernel"].dtype
+        return self.transformer_params["proj_out"]["kernel"].dtype  # (the blocks may be chunks: block_chunks)
+
+    @property
+    def block_loop(self) -> str:
+        """``"scan"``, ``"host"`` (one-block chunks in device memory, a host loop) or ``"offload"`` (chunks streamed
+        from host memory)."""
+        return hv_block_loop.loop_name(self.block_chunks)
+
+    def compile_step(self, params, x, t, context, mask, pooled, guidance, true_cfg, *, guided: bool):
+        """Compile the transformer step for these inputs (placed as the call places them).
+
+        Returns:
+          ``step(params, x, t, context, mask, pooled, guidance, true_cfg) -> prediction``: the scanned :func:`_step`,
+          or with chunked blocks (host block loop, offloading) its prologue, one block program per stack kind called
+          per chunk, and its epilogue (:func:`vidax.models.hunyuanvideo.block_loop.compile_step`), same contract.
+        """
+        kw = dict(cfg=self.transformer_cfg, guided=guided, mesh=self.mesh, rules=self.rules)
+        if self.block_chunks is None:
+            return self._step.lower(params, x, t, context, mask, pooled, guidance, true_cfg,
+                                    attention_impl=self.attention, **kw).compile()
+        return hv_block_loop.compile_step(params, self.block_chunks, x, t, context, mask, pooled, guidance, true_cfg,
+                                          attention=self.attention, overlap=self.offload_overlap, **kw)
+
+    def transformer_tree(self) -> dict:
+        """The transformer's whole parameter tree, both stacks stacked ``(layers, ...)`` whatever the block loop (a
+        device copy with chunks; tools and tests)."""
+        return hv_block_loop.stacked_tree(self.transformer_params, self.block_chunks)
 
     def __call__(
         self,
@@ -334,12 +383,11 @@ class HunyuanVideoPipeline:
             t0 = time.perf_counter()
             tb0 = to_mesh(jnp.zeros((b,), jnp.float32), self.mesh, rules)
             with progress.stage("compiling"), recording() as ran:
-                compiled = self._step.lower(self.transformer_params, x_in, tb0, context, mask, pooled, guidance,
-                                            true_cfg, cfg=tcfg, attention_impl=self.attention, guided=guided,
-                                            mesh=self.mesh, rules=rules).compile()
+                compiled = self.compile_step(self.transformer_params, x_in, tb0, context, mask, pooled, guidance,
+                                             true_cfg, guided=guided)
             self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics["compile_s"] = time.perf_counter() - t0
-            metrics["block_loop"] = "scan"
+            metrics.update(hv_block_loop.block_metrics(self.block_chunks, self.offload_overlap))
 
             step_times = []
             with progress.stage("denoising", total=n, unit="step") as stage:
