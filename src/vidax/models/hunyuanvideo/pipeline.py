@@ -111,6 +111,7 @@ class HunyuanVideoPipeline:
     def from_pretrained(cls, folder: str | os.PathLike, *, dtype: Any = "bfloat16", text_encoder_dtype: Any = "float32",
                         vae_dtype: Any = "float32", attention: str = "auto", dp: int = 1, tp: int = 1, sp: int = 1,
                         devices: list | None = None, text_encoder_residency: str = "auto",
+                        block_loop: str = "auto", offload_chunk: int | None = None, offload_overlap: bool = True,
                         progress: bool | Progress = True,
                         compile_cache: bool | str | os.PathLike = True) -> HunyuanVideoPipeline:
         """Load a HunyuanVideo folder (diffusers layout, the original release's ``ckpts``, or ``vidax convert``'s).
@@ -138,6 +139,9 @@ class HunyuanVideoPipeline:
         """
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
+        if offload_chunk is not None or block_loop not in ("auto", "scan"):
+            raise ValueError("HunyuanVideo runs its block stacks resident under lax.scan (block_loop 'auto' or 'scan', "
+                             "no offload_chunk) in this version")
         t0 = time.perf_counter()
         enable_for_api(compile_cache)
         trim_after_compiles()
