@@ -36,20 +36,6 @@ IMAGE = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
 PIPELINES = {"t2v": HunyuanVideoPipeline, "i2v": HunyuanVideoImageToVideoPipeline}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def registered():
-    """The family for `vidax convert` / `vidax inspect` (until the registry lists it)."""
-    from vidax.models import registry
-    from vidax.models.hunyuanvideo.family import FAMILY
-
-    added = FAMILY.name not in {f.name for f in registry.families()}
-    if added:
-        registry.register(FAMILY)
-    yield
-    if added:
-        registry.unregister(FAMILY.name)
-
-
 def _frames(folder, task):
     pipe = PIPELINES[task].from_pretrained(folder, dtype="float32", progress=False)
     image = {"image": IMAGE} if task == "i2v" else {}
@@ -60,36 +46,41 @@ def _frames(folder, task):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """``folders(task)``: ``(diffusers folder, original folder, the diffusers folder's frames)``, built once."""
+    """``folders(model)``: ``(diffusers folder, original folder, the diffusers folder's frames)``, built once per
+    model: ``"t2v"``, ``"i2v"`` (the first I2V release: ``latent_concat``) or ``"i2v-token_replace"``."""
     cache = {}
 
-    def get(task):
-        if task not in cache:
-            root = tmp_path_factory.mktemp(f"hunyuanvideo_{task}")
-            diffusers = write_demo_checkpoint(root / "diffusers", task=task, seed=1, transformer_overrides=HEAD)
+    def get(model):
+        if model not in cache:
+            task, _, variant = model.partition("-")
+            root = tmp_path_factory.mktemp(f"hunyuanvideo_{model}")
+            diffusers = write_demo_checkpoint(root / "diffusers", task=task, variant=variant or "latent_concat",
+                                              seed=1, transformer_overrides=HEAD)
             original = write_original_from_diffusers(diffusers, root / "ckpts")
-            cache[task] = diffusers, original, _frames(diffusers, task)
-        return cache[task]
+            cache[model] = diffusers, original, _frames(diffusers, task)
+        return cache[model]
 
     return get
 
 
-@pytest.mark.parametrize("task", ["t2v", "i2v"])
-def test_original_release_gives_exactly_the_diffusers_frames(folders, task):
-    diffusers, original, frames = folders(task)
+@pytest.mark.parametrize("model, condition", [("t2v", None), ("i2v", "latent_concat"),
+                                              ("i2v-token_replace", "token_replace")])
+def test_original_release_gives_exactly_the_diffusers_frames(folders, model, condition):
+    task = model[:3]
+    diffusers, original, frames = folders(model)
     ckpt = resolve_checkpoint(original)
     assert (ckpt.layout, ckpt.task) == ("original", task)
     assert ckpt.transformer == original / ORIGINAL_MODELS[task] / ORIGINAL_TRANSFORMER
-    if task == "i2v":
-        assert ckpt.transformer_config().image_condition_type == "latent_concat"
+    assert ckpt.transformer_config().image_condition_type == condition
     assert frames.shape[-3:] == (64, 64, 3) and np.ptp(frames) > 0.1  # a video, not a constant
     np.testing.assert_array_equal(_frames(original, task), frames)
 
 
 @pytest.mark.parametrize("source", ["diffusers", "original"])
-@pytest.mark.parametrize("task", ["t2v", "i2v"])
-def test_converted_folder_gives_exactly_the_source_frames(folders, task, source, tmp_path, capsys):
-    diffusers, original, frames = folders(task)
+@pytest.mark.parametrize("model", ["t2v", "i2v", "i2v-token_replace"])
+def test_converted_folder_gives_exactly_the_source_frames(folders, model, source, tmp_path, capsys):
+    task = model[:3]
+    diffusers, original, frames = folders(model)
     src = diffusers if source == "diffusers" else original
     assert main(["convert", str(src), str(tmp_path / "out"), "--dtype", "float32"]) == 0
     assert f"from the {source} layout" in capsys.readouterr().out
@@ -246,6 +237,31 @@ def test_convert_refuses_an_existing_output_and_leaves_nothing_on_failure(folder
     with pytest.raises(KeyboardInterrupt):
         convert_checkpoint(diffusers, tmp_path / "stopped")
     assert not (tmp_path / "stopped").exists() and _leftovers(tmp_path, "stopped") == []
+
+
+@pytest.mark.parametrize("part, problem", [
+    ("transformer/config.json", "num_attention_heads"),
+    ("tokenizer/tokenizer.json", "tokenizer"),
+    ("scheduler/scheduler_config.json", "scheduler"),
+    ("text_encoder_2/config.json", "pooled_projection_dim"),
+])
+def test_inspect_flags_configurations_that_would_not_load(folders, part, problem, tmp_path, capsys):
+    diffusers, _, _ = folders("t2v")
+    broken = tmp_path / "broken"
+    shutil.copytree(diffusers, broken)
+    path = broken / part
+    if part.startswith("tokenizer"):
+        path.write_text('{"version": 1, 2: 3}')
+    else:
+        config = json.loads(path.read_text())
+        config.update({"transformer/config.json": {"num_attention_heads": "two"},
+                       "scheduler/scheduler_config.json": {"_class_name": "DDIMScheduler"},
+                       "text_encoder_2/config.json": {"hidden_size": 48}}[part])
+        path.write_text(json.dumps(config))
+    assert main(["inspect", str(broken)]) == 1
+    out = capsys.readouterr().out
+    flagged = [line for line in out.splitlines() if "does not match its configuration" in line]
+    assert any(problem in line for line in flagged), out
 
 
 def test_convert_checks_its_dtypes(folders, tmp_path):
