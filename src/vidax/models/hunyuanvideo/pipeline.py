@@ -120,8 +120,8 @@ class HunyuanVideoPipeline:
           folder: see :mod:`vidax.models.hunyuanvideo.layout`.
           dtype: transformer weight dtype ("bfloat16" or "float32"); norms, embedders and modulation projections stay
             float32.
-          text_encoder_dtype: the Llama / LLaVA and CLIP weights' dtype (float32 by default; the text towers run once
-            per prompt).
+          text_encoder_dtype: the Llama / LLaVA weights' dtype (float32 by default; the text tower runs once per
+            prompt); CLIP-L (123M parameters) stays float32.
           vae_dtype: VAE dtype.
           attention: attention implementation (:mod:`vidax.core.attention`); ``"auto"`` picks cuDNN / splash / the
             fused CPU kernel.
