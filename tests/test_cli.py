@@ -147,7 +147,8 @@ def test_missing_checkpoint_part_is_named(ckpt, tmp_path, capsys):
 
 
 def test_runs_without_torch(tmp_path):
-    """The package imports, writes the demo checkpoint and generates in a process where `import torch` fails."""
+    """The package imports, writes demo checkpoints (Wan, HunyuanVideo I2V) and generates in a process where `import
+    torch` fails."""
     script = f"""
 import sys
 for name in ("torch", "diffusers", "transformers"):
@@ -163,6 +164,15 @@ write_demo_checkpoint({str(tmp_path / 'ckpt')!r})
 code = main(["generate", "--checkpoint", {str(tmp_path / 'ckpt')!r}, "--prompt", "a dog", "--height", "32",
              "--width", "32", "--num-frames", "5", "--steps", "2", "--dtype", "bfloat16", "--no-progress",
              "--out", {str(tmp_path / 'dog.mp4')!r}])
+assert code == 0
+# HunyuanVideo image-to-video: its Llama / LLaVA / CLIP tokenizers and weights written and read without torch too
+from PIL import Image
+from vidax.models.hunyuanvideo.demo import write_demo_checkpoint as write_hunyuanvideo
+write_hunyuanvideo({str(tmp_path / 'hv')!r}, task="i2v", variant="token_replace")
+Image.new("RGB", (40, 30), (200, 90, 10)).save({str(tmp_path / 'img.png')!r})
+code = main(["generate", "--checkpoint", {str(tmp_path / 'hv')!r}, "--prompt", "a dog", "--image",
+             {str(tmp_path / 'img.png')!r}, "--height", "32", "--width", "32", "--num-frames", "5", "--steps", "1",
+             "--dtype", "float32", "--no-progress", "--out", {str(tmp_path / 'hv.mp4')!r}])
 assert not any(m == "torch" or m.startswith("torch.") for m, v in sys.modules.items() if v is not None)
 sys.exit(code)
 """
@@ -171,6 +181,7 @@ sys.exit(code)
     assert r.returncode == 0, r.stderr[-3000:]
     frames, _ = read_video(tmp_path / "dog.mp4")
     assert frames.shape == (5, 32, 32, 3)
+    assert read_video(tmp_path / "hv.mp4")[0].shape == (5, 32, 32, 3)
 
 
 def test_make_demo_writes_requested_video(tmp_path):

@@ -33,7 +33,7 @@ SAMPLE = {
     "--auto-split": None, "--memory-gb": "4", "--reserve-gb": "1", "--distributed": None,
     "--coordinator-address": "localhost:1234", "--num-processes": "1", "--process-id": "0", "--out": "OUT",
     "--metrics-json": "METRICS", "--mkdir": None, "--no-progress": None, "--quiet": None, "--compile-cache": "CACHE",
-    "--no-compile-cache": None,
+    "--no-compile-cache": None, "--true-cfg-scale": "2",
 }
 #: Flags every test call passes anyway, or that are arguments rather than options.
 BASE = {"--checkpoint", "--prompt", "-h", "--help"}

@@ -134,3 +134,46 @@ def test_other_folders_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="not a HunyuanVideo pipeline"):
         layout.resolve_checkpoint(tmp_path)
     assert not FAMILY.claims_folder(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def demo_folders(tmp_path_factory):
+    from vidax.models.hunyuanvideo.demo import write_demo_checkpoint
+
+    root = tmp_path_factory.mktemp("hv_cli")
+    return {task: write_demo_checkpoint(root / task, task=task, variant="token_replace") for task in ("t2v", "i2v")}
+
+
+@pytest.mark.parametrize("case", ["frames", "size", "i2v-without-image", "no-tokenizer"])
+def test_bad_input_is_one_error_line_before_the_transformer_loads(demo_folders, case, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from vidax.cli import main
+    from vidax.models.hunyuanvideo import loading
+
+    def never(*a, **k):
+        raise AssertionError("the transformer was loaded")
+
+    monkeypatch.setattr(loading, "load_transformer", never)
+    folder, extra, expect = demo_folders["t2v"], [], ""
+    if case == "frames":
+        extra, expect = ["--num-frames", "8"], r"num_frames=8 must be of the form 4k\+1.*use 5 or 9"
+    elif case == "size":
+        extra, expect = ["--height", "40"], "height=40 must be a positive multiple of 16: use 32 or 48"
+    elif case == "i2v-without-image":
+        folder, expect = demo_folders["i2v"], r"image-to-video checkpoint.*--image"
+    else:
+        folder = tmp_path / "copy"
+        shutil.copytree(demo_folders["t2v"], folder)
+        shutil.rmtree(folder / "tokenizer")
+        expect = "tokenizer"
+    out = tmp_path / "x.mp4"
+    args = ["generate", "--checkpoint", str(folder), "--prompt", "a dog", "--height", "32", "--width", "32",
+            "--num-frames", "5", "--steps", "1", "--no-progress", "--out", str(out), *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vidax: error:"), err
+    import re
+
+    assert re.search(expect, err[0]), err[0]
+    assert not out.exists()

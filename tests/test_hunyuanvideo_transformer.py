@@ -20,6 +20,7 @@ from diffusers import HunyuanVideoTransformer3DModel
 from diffusers.models.embeddings import get_timestep_embedding
 from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideoRotaryPosEmbed
 
+from _hunyuanvideo_original import original_transformer_state_dict as _original_state_dict
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params
 from vidax.checkpoint.reader import CheckpointReader, Split, TensorViews
@@ -280,76 +281,6 @@ def test_guidance_input_is_built_as_the_reference_pipeline_builds_it(dtype):
 
 
 # -- the original release's layout --------------------------------------------------------------
-
-
-def _original_state_dict(sd: dict, cfg: HunyuanVideoTransformerConfig) -> dict:
-    """The original ``HYVideoDiffusionTransformer`` names, restated here from the Tencent-Hunyuan/HunyuanVideo
-    repository (``hyvideo/modules``), of a diffusers state dict: fused q/k/v and q/k/v/MLP concatenated, the final
-    modulation's halves swapped back to (shift, scale)."""
-    sd = dict(sd)
-    out = {}
-
-    def take(key):
-        return sd.pop(key)
-
-    def cat(keys, dim=0):
-        return torch.cat([take(k) for k in keys], dim=dim)
-
-    def rename(src, dst):
-        for suffix in ("weight", "bias"):
-            if f"{src}.{suffix}" in sd:
-                out[f"{dst}.{suffix}"] = take(f"{src}.{suffix}")
-
-    rename("x_embedder.proj", "img_in.proj")
-    ce = "context_embedder"
-    rename(f"{ce}.proj_in", "txt_in.input_embedder")
-    rename(f"{ce}.time_text_embed.timestep_embedder.linear_1", "txt_in.t_embedder.mlp.0")
-    rename(f"{ce}.time_text_embed.timestep_embedder.linear_2", "txt_in.t_embedder.mlp.2")
-    rename(f"{ce}.time_text_embed.text_embedder.linear_1", "txt_in.c_embedder.linear_1")
-    rename(f"{ce}.time_text_embed.text_embedder.linear_2", "txt_in.c_embedder.linear_2")
-    for i in range(cfg.num_refiner_layers):
-        src, dst = f"{ce}.token_refiner.refiner_blocks.{i}", f"txt_in.individual_token_refiner.blocks.{i}"
-        rename(f"{src}.norm1", f"{dst}.norm1")
-        rename(f"{src}.norm2", f"{dst}.norm2")
-        for s in ("weight", "bias"):
-            out[f"{dst}.self_attn_qkv.{s}"] = cat([f"{src}.attn.to_{n}.{s}" for n in "qkv"])
-        rename(f"{src}.attn.to_out.0", f"{dst}.self_attn_proj")
-        rename(f"{src}.ff.net.0.proj", f"{dst}.mlp.fc1")
-        rename(f"{src}.ff.net.2", f"{dst}.mlp.fc2")
-        rename(f"{src}.norm_out.linear", f"{dst}.adaLN_modulation.1")
-    for name, dst in (("timestep_embedder", "time_in"), ("guidance_embedder", "guidance_in")):
-        rename(f"time_text_embed.{name}.linear_1", f"{dst}.mlp.0")
-        rename(f"time_text_embed.{name}.linear_2", f"{dst}.mlp.2")
-    rename("time_text_embed.text_embedder.linear_1", "vector_in.in_layer")
-    rename("time_text_embed.text_embedder.linear_2", "vector_in.out_layer")
-    for i in range(cfg.num_layers):
-        src, dst = f"transformer_blocks.{i}", f"double_blocks.{i}"
-        rename(f"{src}.norm1.linear", f"{dst}.img_mod.linear")
-        rename(f"{src}.norm1_context.linear", f"{dst}.txt_mod.linear")
-        for s in ("weight", "bias"):
-            out[f"{dst}.img_attn_qkv.{s}"] = cat([f"{src}.attn.to_{n}.{s}" for n in "qkv"])
-            out[f"{dst}.txt_attn_qkv.{s}"] = cat([f"{src}.attn.add_{n}_proj.{s}" for n in "qkv"])
-        for a, b in (("norm_q", "img_attn_q_norm"), ("norm_k", "img_attn_k_norm"),
-                     ("norm_added_q", "txt_attn_q_norm"), ("norm_added_k", "txt_attn_k_norm"),
-                     ("to_out.0", "img_attn_proj"), ("to_add_out", "txt_attn_proj")):
-            rename(f"{src}.attn.{a}", f"{dst}.{b}")
-        for a, b in (("ff", "img_mlp"), ("ff_context", "txt_mlp")):
-            rename(f"{src}.{a}.net.0.proj", f"{dst}.{b}.fc1")
-            rename(f"{src}.{a}.net.2", f"{dst}.{b}.fc2")
-    for i in range(cfg.num_single_layers):
-        src, dst = f"single_transformer_blocks.{i}", f"single_blocks.{i}"
-        for s in ("weight", "bias"):
-            out[f"{dst}.linear1.{s}"] = cat([f"{src}.attn.to_{n}.{s}" for n in "qkv"] + [f"{src}.proj_mlp.{s}"])
-        rename(f"{src}.proj_out", f"{dst}.linear2")
-        rename(f"{src}.attn.norm_q", f"{dst}.q_norm")
-        rename(f"{src}.attn.norm_k", f"{dst}.k_norm")
-        rename(f"{src}.norm.linear", f"{dst}.modulation.linear")
-    rename("proj_out", "final_layer.linear")
-    for s in ("weight", "bias"):
-        scale, shift = take(f"norm_out.linear.{s}").chunk(2, dim=0)
-        out[f"final_layer.adaLN_modulation.1.{s}"] = torch.cat([shift, scale])
-    assert not sd, f"unmapped diffusers keys {sorted(sd)}"
-    return {k: v.contiguous() for k, v in out.items()}
 
 
 @pytest.fixture(scope="module", params=["t2v", "latent_concat"])

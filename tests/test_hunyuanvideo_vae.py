@@ -18,6 +18,7 @@ import pytest
 import torch
 from diffusers import AutoencoderKLHunyuanVideo
 
+from _hunyuanvideo_original import original_vae_config as _original_config
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import plan_load
 from vidax.models.hunyuanvideo import vae as hv
@@ -268,9 +269,8 @@ def test_strict_loading_names_a_missing_key(tiny, tmp_path):
         hv.load_vae(tmp_path)
 
 
-# The original release's names (Tencent-Hunyuan/HunyuanVideo hyvideo/vae: AutoencoderKLCausal3D, EncoderCausal3D,
-# DecoderCausal3D, DownEncoderBlockCausal3D, UpDecoderBlockCausal3D, UNetMidBlockCausal3D, CausalConv3d), restated:
-# every module is named as in diffusers, the keys may sit under "state_dict" and carry a "vae." prefix
+# The original release's names (Tencent-Hunyuan/HunyuanVideo hyvideo/vae), restated in _hunyuanvideo_original: every
+# module is named as in diffusers, the keys may sit under "state_dict" and carry a "vae." prefix
 # (hyvideo/vae/__init__.py load_vae), and its config.json names the classes and the time ratio its own way.
 ORIGINAL_KEYS = ("encoder.conv_in.conv.weight", "encoder.down_blocks.0.resnets.0.norm1.weight",
                  "encoder.down_blocks.1.resnets.0.conv_shortcut.conv.weight",
@@ -279,15 +279,6 @@ ORIGINAL_KEYS = ("encoder.conv_in.conv.weight", "encoder.down_blocks.0.resnets.0
                  "encoder.conv_norm_out.weight", "encoder.conv_out.conv.bias", "quant_conv.weight",
                  "post_quant_conv.bias", "decoder.up_blocks.0.upsamplers.0.conv.conv.weight",
                  "decoder.up_blocks.3.resnets.1.conv2.conv.weight", "decoder.conv_norm_out.bias")
-
-
-def _original_config(cfg):
-    return {"_class_name": "AutoencoderKLCausal3D", "_diffusers_version": "0.4.2", "act_fn": "silu",
-            "block_out_channels": list(cfg.block_out_channels), "in_channels": 3, "out_channels": 3,
-            "down_block_types": ["DownEncoderBlockCausal3D"] * 4, "up_block_types": ["UpDecoderBlockCausal3D"] * 4,
-            "latent_channels": cfg.latent_channels, "layers_per_block": cfg.layers_per_block,
-            "norm_num_groups": cfg.norm_num_groups, "sample_size": 256, "sample_tsize": 64,
-            "scaling_factor": 0.476986, "time_compression_ratio": 4, "mid_block_add_attention": True}
 
 
 @pytest.mark.parametrize("wrapped", [False, True])

@@ -152,8 +152,10 @@ def test_folders_are_claimed_by_their_index(tmp_path):
     assert registry.family_of(folder("b", "model_index.json", {"_class_name": "CogVideoXImageToVideoPipeline"})).name \
         == "cogvideox"
     assert registry.family_of(folder("c", "vidax_index.json", {"family": "wan"})).name == "wan"
-    with pytest.raises(CheckpointError, match="describes 'HunyuanVideoPipeline', which vidax does not run"):
-        registry.family_of(folder("d", "model_index.json", {"_class_name": "HunyuanVideoPipeline"}))
+    assert registry.family_of(folder("e", "model_index.json", {"_class_name": "HunyuanVideoPipeline"})).name \
+        == "hunyuanvideo"
+    with pytest.raises(CheckpointError, match="describes 'MochiPipeline', which vidax does not run"):
+        registry.family_of(folder("d", "model_index.json", {"_class_name": "MochiPipeline"}))
     with pytest.raises(CheckpointError, match="not a checkpoint folder vidax recognises"):
         registry.family_of(tmp_path / "a" / "..")
     with pytest.raises(CheckpointError, match="checkpoint folder not found"):

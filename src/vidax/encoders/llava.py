@@ -182,6 +182,12 @@ class LlavaLayout:
         return cls("language_model.model.", "vision_tower.", "multi_modal_projector.", "language_model.lm_head.weight")
 
 
+#: The LM head's key in any of the layouts, ignored: ``lm_head.weight`` (transformers >= 4.52, and transformers 5's
+#: ``save_pretrained``, which writes the older names for everything else) or ``language_model.lm_head.weight``
+#: (transformers 4.4x).
+LLAVA_LM_HEAD = r"(language_model\.)?lm_head\.weight\Z"
+
+
 def _prefixed(km: KeyMap, key_prefix: str, path_prefix: str) -> KeyMap:
     return KeyMap([Rule(key_prefix + r.key, path_prefix + r.path, r.layout) for r in km.rules],
                   [re.escape(key_prefix) + p for p in km.ignore])
@@ -192,7 +198,7 @@ def llava_keymap(cfg: LlavaConfig, keys: Any = None) -> KeyMap:
 
     The layout (:class:`LlavaLayout`) and the vision tower's ``vision_model.`` prefix are read from ``keys``
     (the checkpoint's key list; without it: the older layout with ``vision_model.``). The LM head
-    (``lm_head.weight``) is ignored: the encoder returns hidden states, never logits.
+    (:data:`LLAVA_LM_HEAD`) is ignored: the encoder returns hidden states, never logits.
     """
     keys = list(keys) if keys is not None else None
     layout = LlavaLayout.of(keys or [])
@@ -204,7 +210,7 @@ def llava_keymap(cfg: LlavaConfig, keys: Any = None) -> KeyMap:
                        + ([Rule(f"{layout.projector}{n}.bias", f"multi_modal_projector/{n}/bias")
                            for n in ("linear_1", "linear_2")] if bias else []))
     return (KeyMap(llama.llama_rules(cfg.text, layout.language_model, "language_model/"),
-                   ignore=[re.escape(layout.lm_head) + r"\Z", r".*rotary_emb\.inv_freq\Z"])
+                   ignore=[LLAVA_LM_HEAD, r".*rotary_emb\.inv_freq\Z"])
             + _prefixed(clip_keymap(cfg.vision, vision_keys), layout.vision_tower, "vision_tower/")
             + projector)
 

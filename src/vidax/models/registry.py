@@ -41,6 +41,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "vidax.models.wan.family",
     "vidax.models.cogvideox.family",
     "vidax.models.ltx.family",
+    "vidax.models.hunyuanvideo.family",
 )
 
 #: The generation settings every family's pipeline call takes (``pipe(prompt, negative_prompt, **these)``).

@@ -87,7 +87,7 @@ def _claims(folder: Path) -> bool:
 def _write_demo(folder: Path, task: str) -> Path:
     from vidax.models.hunyuanvideo.demo import write_demo_checkpoint
 
-    return write_demo_checkpoint(folder, task=task)
+    return write_demo_checkpoint(folder, task=task, variant="token_replace")
 
 
 def _demo_settings(task: str) -> dict[str, Any]:
@@ -118,11 +118,13 @@ FAMILY = Family(
     demos=(Demo("hunyuanvideo", ("t2v", "i2v"), _write_demo, _demo_settings,
                 lambda task: f"hunyuanvideo-{task}-demo",
                 note="HunyuanVideo 13B-style (dual-stream then single-stream blocks, Llama + CLIP text encoders; "
-                     "I2V: LLaVA image tokens, latent_concat)"),),
+                     "I2V: LLaVA image tokens, the first latent frame replaced by the image's, as HunyuanVideo-I2V's "
+                     "token_replace release)"),),
     folder_tasks=_tasks,
     inspect=_inspect,
     convert=_convert,
     claims_folder=_claims,
     check=_check,
     resolve=_resolve,
+    offload=False,
 )

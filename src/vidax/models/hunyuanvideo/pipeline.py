@@ -126,8 +126,8 @@ class HunyuanVideoPipeline:
           folder: see :mod:`vidax.models.hunyuanvideo.layout`.
           dtype: transformer weight dtype ("bfloat16" or "float32"); norms, embedders and modulation projections stay
             float32.
-          text_encoder_dtype: the Llama / LLaVA and CLIP weights' dtype (float32 by default; the text towers run once
-            per prompt).
+          text_encoder_dtype: the Llama / LLaVA weights' dtype (float32 by default; the text tower runs once per
+            prompt); CLIP-L (123M parameters) stays float32.
           vae_dtype: VAE dtype.
           attention: attention implementation (:mod:`vidax.core.attention`); ``"auto"`` picks cuDNN / splash / the
             fused CPU kernel.
@@ -159,6 +159,9 @@ class HunyuanVideoPipeline:
         """
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
+        if offload_chunk is not None or block_loop not in ("auto", "scan"):
+            raise ValueError("HunyuanVideo runs its block stacks resident under lax.scan (block_loop 'auto' or 'scan', "
+                             "no offload_chunk) in this version")
         t0 = time.perf_counter()
         enable_for_api(compile_cache)
         trim_after_compiles()

@@ -387,6 +387,24 @@ def load_vae(path: str | os.PathLike, dtype: Any = np.float32,
         that do not match the configuration (one message listing all).
     """
     from vidax.checkpoint.loader import load_params
+
+    cfg, reader, keymap = vae_checkpoint(path)
+    return cfg, load_params(reader, keymap, vae_specs(cfg), dtype, source=str(path), parts=parts)
+
+
+def vae_checkpoint(path: str | os.PathLike) -> tuple[HunyuanVideoVAEConfig, Any, KeyMap]:
+    """A VAE folder's configuration, tensors and key map, reading its ``config.json`` and weight headers only
+    (:func:`load_vae` loads them; ``vidax inspect`` and ``vidax convert`` read them).
+
+    ``config.json``'s ``_class_name`` says the layout: ``AutoencoderKLCausal3D`` (the original release:
+    ``pytorch_model.pt``, keys optionally under ``vae.``) or ``AutoencoderKLHunyuanVideo`` (diffusers).
+
+    Returns:
+      ``(cfg, reader, keymap)``: a :class:`~vidax.checkpoint.reader.CheckpointReader` and the layout's key map.
+
+    Raises:
+      ValueError: an unsupported configuration. CheckpointError: an unreadable ``config.json`` or weights file.
+    """
     from vidax.checkpoint.reader import CheckpointReader
     from vidax.core.config_values import read_json
 
@@ -396,12 +414,9 @@ def load_vae(path: str | os.PathLike, dtype: Any = np.float32,
         cfg = HunyuanVideoVAEConfig.from_original_dict(config)
         weights = path / "pytorch_model.pt"
         reader = CheckpointReader(weights if weights.is_file() else path)
-        keymap = vae_keymap_original(cfg, prefixed=any(k.startswith(ORIGINAL_PREFIX) for k in reader.keys()))
-    else:
-        cfg = HunyuanVideoVAEConfig.from_dict(config)
-        reader, keymap = CheckpointReader(path), vae_keymap(cfg)
-    specs = vae_specs(cfg)
-    return cfg, load_params(reader, keymap, specs, dtype, source=str(path), parts=parts)
+        return cfg, reader, vae_keymap_original(cfg, prefixed=any(k.startswith(ORIGINAL_PREFIX) for k in reader.keys()))
+    cfg = HunyuanVideoVAEConfig.from_dict(config)
+    return cfg, CheckpointReader(path), vae_keymap(cfg)
 
 
 # ---------------------------------------------------------------------------------------------
