@@ -556,8 +556,9 @@ def plan(args) -> int:
                            guided=settings["guidance_scale"] > 1.0, chunks=chunks, overlap=not args.serial,
                            model=preset.model, log=lambda line: print(line, flush=True))
     print(result.report())
-    print("(the transformer step only: the text encoder and the VAE are not counted; keep room for them with "
-          "--reserve-gb, or free the text encoder: --text-encoder-residency free)")
+    print(getattr(result, "scope", "(the transformer step only: the text encoder and the VAE are not counted; keep "
+                                   "room for them with --reserve-gb, or free the text encoder: "
+                                   "--text-encoder-residency free)"))
     paper = Split(1, preset.tp, preset.sp, getattr(preset, "offload_chunk", None))
     row = next((e for e in result.estimates if e.split == paper and e.error is None), None)
     if row is not None and devices == preset.tp * preset.sp:

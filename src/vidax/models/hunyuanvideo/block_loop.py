@@ -120,11 +120,56 @@ def _epilogue(params, x, temb, true_cfg_scale, *, cfg, latent_shape, guided, mes
     return replicated(out, mesh)
 
 
+def compile_pieces(params: dict, chunks: dict[str, Any], x, timestep, context, mask, pooled, guidance, true_cfg_scale,
+                   *, cfg: HunyuanVideoTransformerConfig, attention: AttentionImpl | str, guided: bool,
+                   mesh: Mesh | None = None, rules: ShardingRules = HUNYUAN_VIDEO_RULES,
+                   compiler_options: dict | None = None):
+    """Compile the prologue, each stack kind's block program and the epilogue ahead of time (the pipeline's step and
+    the planner, on abstract arguments).
+
+    Args:
+      params: the transformer parameters outside the two stacks (arrays or ``jax.ShapeDtypeStruct`` s with
+        shardings).
+      chunks: ``{"double": chunk, "single": chunk}``: one chunk of each stack in device memory, concrete or
+        abstract (:meth:`vidax.core.offload.OffloadedStack.abstract_chunk`); its leading axis is the chunk size.
+      x, timestep, context, mask, pooled, guidance, true_cfg_scale: the inputs of
+        :func:`~vidax.models.hunyuanvideo.pipeline._step` (arrays or abstract, placed as the pipeline places them).
+      cfg, attention, guided, mesh, rules: as for ``_step``.
+      compiler_options: XLA options of every piece (the planner's: :func:`vidax.core.planner.compiler_options`).
+
+    Returns:
+      ``(prologue, {"double": program, "single": program}, epilogue)``, compiled: ``prologue(params, x, timestep,
+      context, mask, pooled, guidance) -> (x, c, inputs)``; ``program(chunk, x, c, inputs) -> (x, c)`` (``x``, ``c``
+      donated); ``epilogue(params, x, inputs.temb, true_cfg_scale) -> prediction``.
+    """
+    impl = AttentionImpl(attention)
+    token_replace = cfg.image_condition_type == "token_replace"
+    stream_s, inputs_s = io_shardings(mesh, rules, token_replace)
+    pro = jax.jit(partial(_prologue, cfg=cfg, attention_impl=impl, guided=guided, mesh=mesh, rules=rules),
+                  out_shardings=(stream_s, stream_s, inputs_s))
+    args = (params, x, timestep, context, mask, pooled, guidance)
+    pro_c = pro.lower(*args).compile(compiler_options)
+    xs, cs, ins = jax.eval_shape(pro, *args)
+
+    def abstract(a, s):
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+
+    x_ab, c_ab = abstract(xs, stream_s), abstract(cs, stream_s)
+    in_ab = jax.tree.map(abstract, ins, inputs_s)
+    full_shape = (x.shape[0] * (2 if guided else 1), *x.shape[1:])
+    video_tokens = num_tokens(cfg, full_shape)
+    programs = {kind: chunk_function(cfg, kind, impl, mesh, rules, video_tokens).lower(
+        chunks[kind], x_ab, c_ab, in_ab).compile(compiler_options) for kind in KINDS}
+    epi = jax.jit(partial(_epilogue, cfg=cfg, latent_shape=full_shape, guided=guided, mesh=mesh))
+    epi_c = epi.lower(params, x_ab, in_ab.temb, true_cfg_scale).compile(compiler_options)
+    return pro_c, programs, epi_c
+
+
 def compile_step(params: dict, stacks: dict[str, OffloadedStack], x, timestep, context, mask, pooled, guidance,
                  true_cfg_scale, *, cfg: HunyuanVideoTransformerConfig, attention: AttentionImpl | str, guided: bool,
                  mesh: Mesh | None = None, rules: ShardingRules = HUNYUAN_VIDEO_RULES, overlap: bool = True,
                  timings: list | None = None):
-    """Compile the pieces ahead of time and return the step.
+    """Compile the pieces ahead of time (:func:`compile_pieces`) and return the step.
 
     Args:
       params: the transformer parameters outside the two stacks; stacks: ``{"transformer_blocks": ...,
@@ -140,29 +185,10 @@ def compile_step(params: dict, stacks: dict[str, OffloadedStack], x, timestep, c
       ``step(params, x, timestep, context, mask, pooled, guidance, true_cfg_scale) -> prediction``, the contract of
       the compiled ``_step``: float32 ``(B, C_out, T, H, W)``, replicated on a mesh.
     """
-    impl = AttentionImpl(attention)
-    token_replace = cfg.image_condition_type == "token_replace"
-    stream_s, inputs_s = io_shardings(mesh, rules, token_replace)
-    pro = jax.jit(partial(_prologue, cfg=cfg, attention_impl=impl, guided=guided, mesh=mesh, rules=rules),
-                  out_shardings=(stream_s, stream_s, inputs_s))
-    args = (params, x, timestep, context, mask, pooled, guidance)
-    pro_c = pro.lower(*args).compile()
-    xs, cs, ins = jax.eval_shape(pro, *args)
-
-    def abstract(a, s):
-        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
-
-    x_ab, c_ab = abstract(xs, stream_s), abstract(cs, stream_s)
-    in_ab = jax.tree.map(abstract, ins, inputs_s)
-    full_shape = (x.shape[0] * (2 if guided else 1), *x.shape[1:])
-    video_tokens = num_tokens(cfg, full_shape)
-    runs = []
-    for kind in KINDS:
-        fn = chunk_function(cfg, kind, impl, mesh, rules, video_tokens)
-        stack = stacks[STACKS[kind]]
-        runs.append((stack, fn.lower(stack.abstract_chunk(), x_ab, c_ab, in_ab).compile()))
-    epi = jax.jit(partial(_epilogue, cfg=cfg, latent_shape=full_shape, guided=guided, mesh=mesh))
-    epi_c = epi.lower(params, x_ab, in_ab.temb, true_cfg_scale).compile()
+    pro_c, programs, epi_c = compile_pieces(
+        params, {kind: stacks[STACKS[kind]].abstract_chunk() for kind in KINDS}, x, timestep, context, mask, pooled,
+        guidance, true_cfg_scale, cfg=cfg, attention=attention, guided=guided, mesh=mesh, rules=rules)
+    runs = [(stacks[STACKS[kind]], programs[kind]) for kind in KINDS]
 
     def step(params, x, timestep, context, mask, pooled, guidance, true_cfg_scale):
         xs, cs, inputs = pro_c(params, x, timestep, context, mask, pooled, guidance)
@@ -205,5 +231,5 @@ def stacked_tree(params: dict, stacks: dict[str, OffloadedStack] | None) -> dict
     return {**params, **{name: s.stacked() for name, s in (stacks or {}).items()}}
 
 
-__all__ = ["KINDS", "block_metrics", "chunk_function", "compile_step", "io_shardings", "loop_name", "plans_for",
-           "stack_layers", "stacked_tree"]
+__all__ = ["KINDS", "block_metrics", "chunk_function", "compile_pieces", "compile_step", "io_shardings", "loop_name",
+           "plans_for", "stack_layers", "stacked_tree"]

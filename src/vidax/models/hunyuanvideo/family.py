@@ -11,7 +11,7 @@ from typing import Any
 
 from vidax.core import arg_types
 from vidax.models.hunyuanvideo.presets import PRESETS
-from vidax.models.registry import Demo, Family, Setting
+from vidax.models.registry import Demo, Family, Plan, Setting
 
 TEMPORAL, MULTIPLE = 4, 16  # the VAE compresses time 4x; sizes: VAE 8x times patch 2
 
@@ -84,6 +84,21 @@ def _claims(folder: Path) -> bool:
     return original_task(folder) is not None
 
 
+def _architecture(preset: Any, folder: Path | None):
+    from vidax.models.hunyuanvideo.planner import folder_architecture, preset_architecture
+
+    return folder_architecture(folder) if folder is not None else preset_architecture(preset)
+
+
+def _plan(architecture, *, guided: bool = False, model: str | None = None, **kw):
+    """The registry's planner call (:func:`vidax.models.hunyuanvideo.planner.plan_hunyuanvideo`). ``guided`` (the
+    CLI's ``guidance_scale > 1``) is dropped: HunyuanVideo's guidance scale is the embedded guidance of one evaluation
+    per step, not classifier-free guidance."""
+    from vidax.models.hunyuanvideo.planner import plan_hunyuanvideo
+
+    return plan_hunyuanvideo(architecture, model_name=model, **kw)
+
+
 def _write_demo(folder: Path, task: str) -> Path:
     from vidax.models.hunyuanvideo.demo import write_demo_checkpoint
 
@@ -126,5 +141,5 @@ FAMILY = Family(
     claims_folder=_claims,
     check=_check,
     resolve=_resolve,
-    offload=False,
+    plan=Plan(architecture=_architecture, plan=_plan),
 )
