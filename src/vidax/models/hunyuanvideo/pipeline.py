@@ -159,9 +159,6 @@ class HunyuanVideoPipeline:
         """
         dtype, text_encoder_dtype = check_dtype(dtype), check_dtype(text_encoder_dtype, "text_encoder_dtype")
         vae_dtype = check_dtype(vae_dtype, "vae_dtype")
-        if offload_chunk is not None or block_loop not in ("auto", "scan"):
-            raise ValueError("HunyuanVideo runs its block stacks resident under lax.scan (block_loop 'auto' or 'scan', "
-                             "no offload_chunk) in this version")
         t0 = time.perf_counter()
         enable_for_api(compile_cache)
         trim_after_compiles()
