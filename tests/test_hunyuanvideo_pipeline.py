@@ -145,12 +145,19 @@ def test_image_to_video_true_cfg_matches_the_original(pipes, monkeypatch):
     _check(out.frames, ref)
 
 
-def test_image_to_video_size_follows_the_image_without_one(pipes):
-    _, ours, _ = pipes("token_replace")
-    out = ours(PROMPT, image=_image(size=(30, 60)), num_frames=5, num_inference_steps=1, i2v_resolution="360p")
+def test_image_to_video_size_follows_the_image_without_one(pipes, monkeypatch):
     from vidax.models.hunyuanvideo.presets import size_for_image
 
-    assert out.frames.shape[2:4] == size_for_image(30, 60, 480)
+    _, ours, _ = pipes("token_replace")
+    seen = {}
+
+    def generate(prompt, negative_prompt, condition, **kw):  # the size the run would have (a 360p run is slow here)
+        seen.update(height=kw["height"], width=kw["width"], pixels=condition.pixels.shape)
+
+    monkeypatch.setattr(ours, "_generate", generate)
+    ours(PROMPT, image=_image(size=(30, 60)), num_frames=5, num_inference_steps=1, i2v_resolution="360p")
+    h, w = size_for_image(30, 60, 480)
+    assert (seen["height"], seen["width"], seen["pixels"]) == (h, w, (1, 3, h, w))
 
 
 def test_bad_calls_are_refused_before_compute(pipes):
