@@ -188,7 +188,14 @@ def test_registry_hook_plans_embedded_guidance_as_one_evaluation(monkeypatch):
     seen = {}
     monkeypatch.setattr(hp, "plan_hunyuanvideo", lambda model, **kw: seen.update(kw, model=model) or "plan")
     assert FAMILY.plan.plan("arch", height=720, width=1280, num_frames=129, guided=True, model="HunyuanVideo") == "plan"
-    assert seen == dict(model="arch", height=720, width=1280, num_frames=129, model_name="HunyuanVideo")
+    assert seen == dict(model="arch", height=720, width=1280, num_frames=129, model_name="HunyuanVideo",
+                        true_cfg=False, vae_tiling=None)
+    # true CFG and the VAE's tiling come from the run's settings (a preset's, or the generate call's)
+    seen.clear()
+    call = dict(negative_prompt="blurry", true_cfg_scale=3.0, vae_tiling=True)
+    FAMILY.plan.plan("arch", height=720, width=1280, num_frames=129, guided=False, model="HunyuanVideo", call=call)
+    assert (seen["true_cfg"], seen["vae_tiling"]) == (True, True)
+    assert PRESETS["hunyuanvideo-t2v-720p"].settings()["vae_tiling"] is True
     assert FAMILY.plan.architecture(PRESETS["hunyuanvideo-t2v-720p"], None) is hp.ARCHITECTURES["HunyuanVideo"]
 
 

@@ -493,7 +493,7 @@ def auto_split(args, fam: registry.Family, folder: Path, call: dict, dtype: str)
     plan = fam.plan.plan(cfg, height=call["height"], width=call["width"], num_frames=call["num_frames"], dtype=dtype,
                          devices=n, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb or 0.0),
                          guided=call["guidance_scale"] > 1.0, attention=args.attention,
-                         overlap=not args.offload_serial, offload_if_needed=True)
+                         overlap=not args.offload_serial, offload_if_needed=True, call=call)
     if plan.recommended is None:
         raise ValueError("--auto-split: no split fits the memory budget\n" + plan.report())
     split = plan.recommended.split
@@ -554,7 +554,7 @@ def plan(args) -> int:
                            num_frames=args.num_frames or settings["num_frames"], dtype=args.dtype or preset.dtype,
                            devices=devices, memory_bytes=budget, reserve_bytes=_gib(args.reserve_gb),
                            guided=settings["guidance_scale"] > 1.0, chunks=chunks, overlap=not args.serial,
-                           model=preset.model, log=lambda line: print(line, flush=True))
+                           model=preset.model, log=lambda line: print(line, flush=True), call=settings)
     print(result.report())
     print(getattr(result, "scope", "(the transformer step only: the text encoder and the VAE are not counted; keep "
                                    "room for them with --reserve-gb, or free the text encoder: "

@@ -432,8 +432,9 @@ class Plan:
     Attributes:
       architecture: ``(preset, folder or None) -> transformer configuration`` planned for.
       plan: ``(cfg, *, height, width, num_frames, dtype, devices, memory_bytes, reserve_bytes, guided, chunks,
-        overlap, model, attention, offload_if_needed, log) -> result`` with ``report()``, ``recommended``,
-        ``estimates``.
+        overlap, model, attention, offload_if_needed, log, call) -> result`` with ``report()``, ``recommended``,
+        ``estimates``; ``call`` is the run's settings (the preset's, or the generate call's), for what else changes
+        memory in a family (HunyuanVideo: ``vae_tiling``, true CFG).
     """
 
     architecture: Callable[[Any, Path | None], Any]

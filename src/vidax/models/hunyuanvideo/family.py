@@ -90,13 +90,16 @@ def _architecture(preset: Any, folder: Path | None):
     return folder_architecture(folder) if folder is not None else preset_architecture(preset)
 
 
-def _plan(architecture, *, guided: bool = False, model: str | None = None, **kw):
+def _plan(architecture, *, guided: bool = False, model: str | None = None, call: dict | None = None, **kw):
     """The registry's planner call (:func:`vidax.models.hunyuanvideo.planner.plan_hunyuanvideo`). ``guided`` (the
     CLI's ``guidance_scale > 1``) is dropped: HunyuanVideo's guidance scale is the embedded guidance of one evaluation
-    per step, not classifier-free guidance."""
+    per step, not classifier-free guidance; true CFG and the VAE's tiling come from the run's settings (``call``)."""
     from vidax.models.hunyuanvideo.planner import plan_hunyuanvideo
 
-    return plan_hunyuanvideo(architecture, model_name=model, **kw)
+    call = call or {}
+    true_cfg = call.get("negative_prompt") is not None and (call.get("true_cfg_scale") or 1.0) > 1.0
+    return plan_hunyuanvideo(architecture, model_name=model, true_cfg=true_cfg, vae_tiling=call.get("vae_tiling"),
+                             **kw)
 
 
 def _write_demo(folder: Path, task: str) -> Path:

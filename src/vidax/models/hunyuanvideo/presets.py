@@ -83,6 +83,8 @@ class HunyuanVideoPreset:
       fps: frames per second of the written video (24, the release's).
       tp, sp, offload_chunk: the row's mesh split and offloading (blocks per streamed chunk, for both stacks).
       task: ``"t2v"`` or ``"i2v"``.
+      vae_tiling: decode in spatial tiles too (the reference's ``enable_tiling()``, which diffusers' HunyuanVideo
+        examples call): at 720p x 129 frames the decode with frame tiles only peaks near 64 GiB (``vidax plan``).
     """
 
     name: str
@@ -99,12 +101,13 @@ class HunyuanVideoPreset:
     sp: int = 1
     offload_chunk: int | None = None
     task: str = "t2v"
+    vae_tiling: bool = True
 
     def settings(self) -> dict:
         """The pipeline call's settings of this row."""
         return dict(height=self.height, width=self.width, num_frames=self.num_frames,
                     num_inference_steps=self.num_inference_steps, guidance_scale=self.guidance_scale,
-                    flow_shift=self.flow_shift)
+                    flow_shift=self.flow_shift, vae_tiling=self.vae_tiling)
 
 
 PRESETS: dict[str, HunyuanVideoPreset] = {

@@ -127,7 +127,7 @@ def _architecture(preset: Any, folder: Path | None):
     return _checkpoint(folder).transformer_config() if folder is not None else preset_architecture(preset)
 
 
-def _plan(cfg, **kw):
+def _plan(cfg, *, call: dict | None = None, **kw):
     from vidax.models.wan.planner import plan_wan
 
     return plan_wan(cfg, **kw)
