@@ -123,7 +123,7 @@ def test_gpu_step_runs_on_a_tiny_model(tmp_path):
     assert "| 14b-720p | diffusers | | | not run |" in text
 
 
-@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx"])
+@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
     gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
@@ -159,6 +159,9 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
         raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
         assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
+    if family == "hunyuanvideo":  # both decode to [0, 1] frames (B, F, H, W, 3)
+        assert videos["vidax"].shape == videos["diffusers"].shape == (1, 9, 64, 64, 3)
+        assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
 
 
 def test_a_converted_folder_with_unaligned_tensors_is_written_again(tmp_path):
