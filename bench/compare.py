@@ -218,6 +218,28 @@ CONFIGS: dict[str, BenchConfig] = {
                  "attention; the HunyuanVideo VAE at full width (128-256-512-512, 2 resnets per stage, 4x temporal "
                  "and 8x spatial compression); a Llama-3-style text tower 4096 wide with 3 layers (hidden_states[-3] "
                  "feeds the transformer) and a CLIP text tower 768 wide, 2 layers",
+            findings="Where vidax is slower (profiled on 2026-12-03 on this machine, one process, quiet, 192 video "
+                     "tokens = 448 joint tokens): the fp32 step (about 1.7x): XLA:CPU multiplies fp32 at 166-197 "
+                     "GFLOP/s on these shapes (448x3072x12288, 448x12288x3072, 2560x3072x12288) against PyTorch's "
+                     "212-259, and vidax's blocks run at about that rate (a dual-stream block 0.62 s, a single-stream "
+                     "block 0.66 s, about 101 GFLOP each); the token refiner (2 blocks over the 256 text tokens) "
+                     "takes 0.97 s under its `lax.scan`, 0.73 s as a loop over per-block weights. The bf16 step (about "
+                     "4.4x): XLA's bf16 GEMM runs at 582 GFLOP/s against oneDNN's 1104 (AMX), and the scans copy each "
+                     "layer's weight slice before its matmuls (the step program's XLA temporaries: 4.5 GiB in bf16, "
+                     "1.3 GiB in fp32): the pipeline's step took 3.48 s quiet; the same blocks run by a host loop "
+                     "over one-block weights (prologue, one compiled program per block kind, epilogue; the same "
+                     "values bit for bit) 2.32 s, and the refiner as a loop 0.27 s instead of 0.77 s, so about 1.8 s "
+                     "against diffusers' 0.95 s. Wan and CogVideoX avoid this with the host block loop on the CPU "
+                     "(docs/design.md \"Block loop\"); the HunyuanVideo pipeline has only the scan. The text "
+                     "encoder (0.67x) runs 1 of the demo Llama's 3 layers (the pipeline takes hidden_states[-3] and "
+                     "vidax stops there) where transformers runs all 3 (the release: 30 of 32), which flatters vidax. "
+                     "Peak RSS (1.08x): vidax holds the converted fp32 weights (9.23 GiB after loading), the whole "
+                     "VAE included; diffusers' weights are file pages of its mappings. The machine was busy with other "
+                     "sessions' tests for much of this run: the VAE decode rounds and the fp32 432-token row were "
+                     "contended (marked *; diffusers' step there took 14-18 s in 0 of 10 quiet rounds, the per-round "
+                     "ratio 1.22x), so that row flatters vidax and pulls the fp32 geometric mean (1.50x) below the "
+                     "quiet rows' 1.65-1.70x; a second run the same hour was more contended still (others used about "
+                     "half the CPU) and was not kept.",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -1224,7 +1246,6 @@ def _stat(values: list[float]) -> dict:
 
 
 def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dict:
-    fam = FAMILIES[cfg.family]
     folder = checkpoint(cfg)
     log_dir.mkdir(parents=True, exist_ok=True)
     for old in log_dir.glob("*.log"):

@@ -258,6 +258,25 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
         assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
 
 
+def test_compare_report_of_a_guidance_distilled_family(monkeypatch):
+    """Config e's section, re-rendered from its recorded run: the step is labelled as one evaluation (no CFG halves,
+    no negative prompt) and the notes name the family's own block loop and VAE loading."""
+    from bench import compare
+
+    rec = json.loads((ROOT / "docs" / "benchmarks" / "compare-e.json").read_text())
+    rec["summary"] = compare.summarize(rec)
+    written = {}
+    monkeypatch.setattr(compare, "replace_section", lambda heading, body: written.update({heading: body}))
+    compare.write_markdown(rec, None)
+    text = written["## vidax vs diffusers, CPU (config e)"]
+    assert "| transformer step (one evaluation, embedded guidance), 128 video tokens, s |" in text
+    assert "| text encoder, prompt (warm), s |" in text and "negative" not in text and "CFG half" not in text
+    assert "one transformer evaluation per step" in text and 'block_loop="host"' not in text
+    assert compare.FAMILIES["hunyuanvideo"].step_note in text and compare.FAMILIES["hunyuanvideo"].vae_note in text
+    # the other families keep their labels
+    assert compare.FAMILIES["wan2.1"].cfg_halves == 2 and "block_loop" in compare.FAMILIES["wan2.1"].step_note
+
+
 def test_a_converted_folder_with_unaligned_tensors_is_written_again(tmp_path):
     """``bench.compare`` reuses a converted checkpoint only if the writer's alignment holds for every tensor, not
     just the data section: a config b folder written before the writer ordered its tensors (aligned data
