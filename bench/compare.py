@@ -10,7 +10,9 @@ alternate, so drift in the (shared) machine's load hits both alike. Reported: me
 - the transformer step with classifier-free guidance (both halves), compilation excluded: vidax's
   pipeline step (``WanPipeline._step`` lowered and compiled ahead of time on a batch of 2, as the
   pipeline does); diffusers: two ``transformer(...)`` calls and the guidance combination, as
-  ``diffusers.WanPipeline.__call__`` does, under ``torch.no_grad()``; at several token counts;
+  ``diffusers.WanPipeline.__call__`` does, under ``torch.no_grad()``; at several token counts (a
+  guidance-distilled family, HunyuanVideo, steps with one evaluation and its embedded guidance instead:
+  :attr:`Family.cfg_halves`);
 - vidax's step compile time: cold (a fresh process, empty JAX cache) and from the JAX persistent
   compilation cache (``jax_compilation_cache_dir``, ``jax_persistent_cache_min_compile_time_secs=0``);
 - text-encoder time (prompt and negative prompt) and VAE decode time, warm and first call;
@@ -21,11 +23,11 @@ alternate, so drift in the (shared) machine's load hits both alike. Reported: me
 
 Usage::
 
-    python -m bench.compare [--config a|b|c|d] [--repeats N]   # writes docs/benchmarks/compare-<config>.json,
+    python -m bench.compare [--config a|b|c|d|e] [--repeats N]   # writes docs/benchmarks/compare-<config>.json,
                                                             # docs/benchmarks/step_time[-<config>].png and its section
 
 Configurations: ``a`` Wan2.1 1.3B width, ``b`` Wan2.2 TI2V-5B width (text-to-video), ``c`` CogVideoX-2B
-width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE (see :data:`CONFIGS`).
+width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE, ``e`` HunyuanVideo 13B width (see :data:`CONFIGS`).
     python -m bench.compare --smoke --out /tmp/x.json     # tiny config, seconds, no docs written
 
 New model families: add a :class:`Family` (checkpoint writer + one contender class per engine) to
@@ -126,6 +128,18 @@ _LTX095_VAE = dict(
     temporal_compression_ratio=8,
 )
 
+# HunyuanVideo 13B (hunyuanvideo-community/HunyuanVideo transformer/config.json: 24 heads x 128 = 3072, MLP ratio 4,
+# a 2-block token refiner, text_embed_dim 4096 = the Llama-3-8B width, pooled_projection_dim 768 = CLIP-L, patch 2,
+# RoPE axes (16, 56, 56), guidance embedding), 2 of its 20 dual-stream and 4 of its 40 single-stream blocks; its VAE
+# at the released width (diffusers' AutoencoderKLHunyuanVideo defaults); the demo's Llama-3-style text tower at the
+# real width 4096 (3 layers: the pipeline takes hidden_states[-3], so one of them feeds the transformer) and a CLIP
+# text tower at CLIP-L's 768 (2 layers).
+_HV13B_WIDTH = dict(num_attention_heads=24, attention_head_dim=128, num_layers=2, num_single_layers=4,
+                    num_refiner_layers=2, mlp_ratio=4.0, patch_size=2, patch_size_t=1, text_embed_dim=4096,
+                    pooled_projection_dim=768, rope_axes_dim=[16, 56, 56], guidance_embeds=True)
+_HV_VAE = dict(block_out_channels=[128, 256, 512, 512], layers_per_block=2, norm_num_groups=32)
+_HV_TEXT = dict(hidden_size=4096, num_hidden_layers=3, clip_hidden_size=768)
+
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
     for c in [
@@ -191,6 +205,41 @@ CONFIGS: dict[str, BenchConfig] = {
                      "kernel (first touch of fresh pages on this VM), 2.6-7.3 s for the same load alone in six tries "
                      "(5.2-10.6 s in this run), against diffusers' file mapping; the vidax-converted layout loads in "
                      "0.04 s (0.20x).",
+        ),
+        BenchConfig(
+            "e", "hunyuanvideo", _HV13B_WIDTH, _HV_VAE, _HV_TEXT,
+            base=(5, 128, 128),
+            sweep=((5, 128, 128), (9, 128, 128), (9, 192, 192)),
+            bf16_sweep=((9, 128, 128), (9, 192, 192)),
+            note="HunyuanVideo 13B width (3072 = 24 heads x 128, MLP 12288, a 2-block token refiner, text_embed_dim "
+                 "4096, pooled_projection_dim 768, patch 2, RoPE axes (16, 56, 56), guidance embedding), 2 of 20 "
+                 "dual-stream and 4 of 40 single-stream blocks, text-to-video with embedded guidance 6.0 (one "
+                 "transformer evaluation per step, no CFG); 256 masked Llama tokens join every block's joint "
+                 "attention; the HunyuanVideo VAE at full width (128-256-512-512, 2 resnets per stage, 4x temporal "
+                 "and 8x spatial compression); a Llama-3-style text tower 4096 wide with 3 layers (hidden_states[-3] "
+                 "feeds the transformer) and a CLIP text tower 768 wide, 2 layers",
+            findings="Where vidax is slower (profiled on 2026-12-03 on this machine, one process, quiet, 192 video "
+                     "tokens = 448 joint tokens): the fp32 step (about 1.7x): XLA:CPU multiplies fp32 at 166-197 "
+                     "GFLOP/s on these shapes (448x3072x12288, 448x12288x3072, 2560x3072x12288) against PyTorch's "
+                     "212-259, and vidax's blocks run at about that rate (a dual-stream block 0.62 s, a single-stream "
+                     "block 0.66 s, about 101 GFLOP each); the token refiner (2 blocks over the 256 text tokens) "
+                     "takes 0.97 s under its `lax.scan`, 0.73 s as a loop over per-block weights. The bf16 step (about "
+                     "4.4x): XLA's bf16 GEMM runs at 582 GFLOP/s against oneDNN's 1104 (AMX), and the scans copy each "
+                     "layer's weight slice before its matmuls (the step program's XLA temporaries: 4.5 GiB in bf16, "
+                     "1.3 GiB in fp32): the pipeline's step took 3.48 s quiet; the same blocks run by a host loop "
+                     "over one-block weights (prologue, one compiled program per block kind, epilogue; the same "
+                     "values bit for bit) 2.32 s, and the refiner as a loop 0.27 s instead of 0.77 s, so about 1.8 s "
+                     "against diffusers' 0.95 s. Wan and CogVideoX avoid this with the host block loop on the CPU "
+                     "(docs/design.md \"Block loop\"); the HunyuanVideo pipeline has only the scan. The text "
+                     "encoder (0.67x) runs 1 of the demo Llama's 3 layers (the pipeline takes hidden_states[-3] and "
+                     "vidax stops there) where transformers runs all 3 (the release: 30 of 32), which flatters vidax. "
+                     "Peak RSS (1.08x): vidax holds the converted fp32 weights (9.23 GiB after loading), the whole "
+                     "VAE included; diffusers' weights are file pages of its mappings. The machine was busy with other "
+                     "sessions' tests for much of this run: the VAE decode rounds and the fp32 432-token row were "
+                     "contended (marked *; diffusers' step there took 14-18 s in 0 of 10 quiet rounds, the per-round "
+                     "ratio 1.22x), so that row flatters vidax and pulls the fp32 geometric mean (1.50x) below the "
+                     "quiet rows' 1.65-1.70x; a second run the same hour was more contended still (others used about "
+                     "half the CPU) and was not kept.",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -794,6 +843,159 @@ class LTXDiffusers(WanDiffusers):
         return frames_out
 
 
+# ------------------------------------------------------------------------------------ HunyuanVideo family
+
+HV_GUIDANCE = 6.0  # the release's embedded guidance (guidance_scale of HunyuanVideoPipeline.__call__)
+HV_FIRST_TIMESTEP = 1000.0  # the first timestep: 1000 x the first shifted sigma, 1.0
+
+
+def _hv_latent_shape(frames: int, height: int, width: int) -> tuple[int, ...]:
+    return (1, 16, (frames - 1) // 4 + 1, height // 8, width // 8)  # (B, C, T, H, W): 4x temporal, 8x spatial
+
+
+def _hv_tokens(cfg: BenchConfig, frames: int, height: int, width: int) -> int:
+    """Video tokens of the step (the 256 text tokens join them in every block's joint attention)."""
+    p, pt = cfg.transformer.get("patch_size", 2), cfg.transformer.get("patch_size_t", 1)
+    _, _, t, h, w = _hv_latent_shape(frames, height, width)
+    return (t // pt) * (h // p) * (w // p)
+
+
+def _hv_write(folder: Path, cfg: BenchConfig) -> None:
+    """The demo writer's text-to-video folder with the configuration's transformer, then its text towers and VAE
+    written again at the configuration's widths (the demo writer takes overrides of the transformer only)."""
+    import numpy as np
+
+    from vidax.models.hunyuanvideo import demo
+    from vidax.models.hunyuanvideo.text import write_demo_text_encoders
+
+    demo.write_demo_checkpoint(folder, task="t2v", seed=0, transformer_overrides=dict(cfg.transformer))
+    rng = np.random.default_rng(1)
+    text = dict(cfg.text)
+    if text:
+        for part in ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"):
+            shutil.rmtree(folder / part)
+        write_demo_text_encoders(folder, rng, **text)
+    if cfg.vae:
+        shutil.rmtree(folder / "vae")
+        demo.write_vae(folder, demo.vae_config(**cfg.vae), rng)
+
+
+_hv_convert = _converter("vidax.models.hunyuanvideo.convert")
+
+
+class HunyuanVidax(WanVidax):
+    """vidax's ``HunyuanVideoPipeline`` (JAX), measured through its own stages: the step is the pipeline's compiled
+    ``_step`` (one transformer evaluation with the embedded guidance, as ``HunyuanVideoPipeline.__call__`` without
+    true CFG)."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        self.cache_events = _jax_setup(jax_cache)
+        from vidax.models.hunyuanvideo import pipeline  # noqa: F401  (imports are not load time)
+
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+
+        from vidax.models.hunyuanvideo.pipeline import HunyuanVideoPipeline
+
+        self.pipe = HunyuanVideoPipeline.from_pretrained(self.folder, dtype=self.dtype, progress=False)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.vae_params))
+
+    def encode(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        pipe = self.pipe
+        embeds, mask, pooled = pipe.encode_prompt([PROMPT])
+        self.context = (embeds.astype(pipe.compute_dtype), jnp.asarray(mask, jnp.int32),
+                        pooled.astype(pipe.compute_dtype))
+        jax.block_until_ready(self.context)
+
+    def prepare(self, latents) -> float:
+        """Compile the step for this latent shape (as ``HunyuanVideoPipeline.__call__`` does); return seconds."""
+        import jax.numpy as jnp
+
+        from vidax.core.placement import mesh_context
+        from vidax.models.hunyuanvideo.transformer import guidance_input
+
+        pipe = self.pipe
+        b = latents.shape[0]
+        context, mask, pooled = self.context
+        guidance = (jnp.asarray(guidance_input(HV_GUIDANCE, b, pipe.compute_dtype))
+                    if pipe.transformer_cfg.guidance_embeds else None)
+        self.args = (pipe.transformer_params, jnp.asarray(latents), jnp.full((b,), HV_FIRST_TIMESTEP, jnp.float32),
+                     context, mask, pooled, guidance, jnp.float32(1.0))
+        t0 = time.perf_counter()
+        with mesh_context(pipe.mesh):
+            self.compiled = pipe._step.lower(*self.args, cfg=pipe.transformer_cfg, attention_impl=pipe.attention,
+                                             guided=False, mesh=pipe.mesh, rules=pipe.rules).compile()
+        return time.perf_counter() - t0
+
+    def decode(self, latents):
+        return self.pipe.decode_latents(latents)
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        out = self.pipe(PROMPT, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                        guidance_scale=HV_GUIDANCE, latents=latents, output_type="float", progress=False)
+        m = out.metrics
+        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
+        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
+                            "jax_cache_requests": self.cache_events["requests"]}
+
+
+class HunyuanDiffusers(WanDiffusers):
+    """diffusers' ``HunyuanVideoPipeline`` (PyTorch, CPU), text-to-video with embedded guidance.
+
+    The prompt template is the reference's with its ``crop_start`` counted for the folder's tokenizer (the demo's is
+    not the released one), as vidax's pipeline fits it (:func:`vidax.models.hunyuanvideo.text.fit_prompt_template`);
+    both engines then crop the same template tokens.
+    """
+
+    PIPELINE, TRANSFORMER = "HunyuanVideoPipeline", "HunyuanVideoTransformer3DModel"
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        super().__init__(folder, dtype, jax_cache)
+        from vidax.models.hunyuanvideo import text as htext
+
+        tokenizer, _ = htext.load_tokenizers(htext.text_encoder_folders(folder))
+        self.template = htext.fit_prompt_template(tokenizer, htext.T2V_PROMPT_TEMPLATE)
+
+    def encode(self) -> None:
+        with self.torch.no_grad():
+            pe, pooled, mask = self.pipe.encode_prompt(PROMPT, prompt_template=self.template, max_sequence_length=256)
+        # diffusers.HunyuanVideoPipeline.__call__: all three in the transformer dtype
+        self.pe, self.pooled, self.mask = pe.to(self.tdtype), pooled.to(self.tdtype), mask.to(self.tdtype)
+
+    def prepare(self, latents) -> float:
+        torch = self.torch
+        b = latents.shape[0]
+        self.x = torch.from_numpy(latents).to(self.tdtype)  # latent_model_input
+        self.t = torch.full((b,), HV_FIRST_TIMESTEP)  # float32, as the latents
+        self.guidance = torch.tensor([HV_GUIDANCE] * b, dtype=self.tdtype) * 1000.0
+        return 0.0
+
+    def step(self) -> None:
+        tr = self.pipe.transformer
+        with self.torch.no_grad():  # diffusers.HunyuanVideoPipeline.__call__, one denoising step (no true CFG)
+            with tr.cache_context("cond"):
+                self.noise_pred = tr(hidden_states=self.x, timestep=self.t, encoder_hidden_states=self.pe,
+                                     encoder_attention_mask=self.mask, pooled_projections=self.pooled,
+                                     guidance=self.guidance, attention_kwargs=None, return_dict=False)[0]
+
+    def decode(self, latents):
+        torch, vae = self.torch, self.pipe.vae
+        with torch.no_grad():  # diffusers.HunyuanVideoPipeline.__call__ after the loop; frames (B, F, H, W, 3) in [0, 1]
+            z = torch.from_numpy(latents).to(vae.dtype) / vae.config.scaling_factor
+            video = vae.decode(z, return_dict=False)[0]
+            return (video / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1).float().numpy()
+
+    def _call(self, frames: int, height: int, width: int, steps: int, latents, on_step):
+        return self.pipe(PROMPT, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                         guidance_scale=HV_GUIDANCE, latents=self.torch.from_numpy(latents),
+                         prompt_template=self.template, output_type="np", callback_on_step_end=on_step).frames
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
@@ -803,6 +1005,11 @@ class Family:
     latent_shape: Any  # (frames, height, width) -> tuple
     tokens: Any  # (BenchConfig, frames, height, width) -> int
     contenders: dict = field(default_factory=dict)  # name -> class(folder, dtype, jax_cache)
+    cfg_halves: int = 2  # transformer evaluations per step: 2 (CFG, both halves) or 1 (embedded guidance)
+    step_note: str = ("vidax's step runs its CPU default block loop: one compiled block program called once per block "
+                      "over per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\").")
+    vae_note: str = ("its text-to-video pipelines read only the VAE's decoder side (the encoder side loads at the "
+                     "first image: docs/design.md \"Host memory\").")
 
 
 FAMILIES: dict[str, Family] = {
@@ -813,6 +1020,13 @@ FAMILIES: dict[str, Family] = {
                         {"vidax": CogVidax, "diffusers": CogDiffusers}),
     "ltx": Family(_ltx_write, _ltx_convert, _ltx_latent_shape, _ltx_tokens,
                   {"vidax": LTXVidax, "diffusers": LTXDiffusers}),
+    "hunyuanvideo": Family(_hv_write, _hv_convert, _hv_latent_shape, _hv_tokens,
+                           {"vidax": HunyuanVidax, "diffusers": HunyuanDiffusers}, cfg_halves=1,
+                           step_note="vidax's step runs each block stack (dual-stream, then single-stream) as one "
+                                     "`lax.scan` over stacked block weights (the HunyuanVideo pipeline's only block "
+                                     "loop).",
+                           vae_note="its HunyuanVideo pipeline reads the whole VAE, the encoder side too, also for "
+                                    "text-to-video."),
 }
 
 
@@ -906,8 +1120,12 @@ class Worker:
                "--folder", str(folder)]
         if jax_cache:
             cmd += ["--jax-cache", jax_cache]
+        # VIDAX_COMPILE_CACHE=off: the pipelines' from_pretrained turns on the user's persistent compilation cache by
+        # default (vidax.core.compile_cache), which would serve the "cold" runs; off, it leaves JAX's setting to
+        # --jax-cache (the cached runs' own folder) or off.
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", DIFFUSERS_VERBOSITY="error",
-                   TQDM_DISABLE="1", JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"), PYTHONUNBUFFERED="1")
+                   TQDM_DISABLE="1", JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"), PYTHONUNBUFFERED="1",
+                   VIDAX_COMPILE_CACHE="off")
         self.log = log
         self._err = open(log, "a")
         self.t_start = time.perf_counter()
@@ -1028,7 +1246,6 @@ def _stat(values: list[float]) -> dict:
 
 
 def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dict:
-    fam = FAMILIES[cfg.family]
     folder = checkpoint(cfg)
     log_dir.mkdir(parents=True, exist_ok=True)
     for old in log_dir.glob("*.log"):
@@ -1279,6 +1496,8 @@ def write_markdown(rec: dict, png: Path | None) -> None:
     GiB, MiB = 2**30, 2**20
     ls = rec.get("live_stats", {})
     f, h, w = cfg.base
+    fam = FAMILIES[cfg.family]
+    cfa = fam.cfg_halves == 2  # classifier-free guidance: two halves per step, a negative prompt encoded
     lines = [
         f"## vidax vs diffusers, CPU (config {cfg.name})",
         "",
@@ -1288,7 +1507,8 @@ def write_markdown(rec: dict, png: Path | None) -> None:
         "",
         f"Model: {cfg.note}; random fp32 weights written once in the diffusers layout "
         f"({rec['checkpoint_bytes'] / 1e9:.2f} GB, `{rec['checkpoint']}`). Both engines load that folder and run the "
-        f"same prompt, negative prompt and initial latents; each contender in its own process, measurements "
+        f"same {'prompt, negative prompt' if cfa else 'prompt'} and initial latents; each contender in its own "
+        f"process, measurements "
         f"alternated between the two; figures are median (min-max) over {rec['repeats']} fresh processes per contender "
         f"(load, end to end, memory), {max(rec['repeats'], 5)} or more rounds (step, text encoder) and {rec['repeats']} "
         f"rounds (VAE). "
@@ -1310,14 +1530,17 @@ def write_markdown(rec: dict, png: Path | None) -> None:
         lines.append(f"| {label} | {_fmt(v, scale, digits)} | {_fmt(d, scale, digits)} | "
                      f"{'' if ratio is None else f'**{ratio:.2f}x**'} |")
 
-    row(f"transformer step with CFG, {s.get('step_tokens', '?')} tokens x 2, s", "step", digits=3)
+    row(f"transformer step with CFG, {s.get('step_tokens', '?')} tokens x 2, s" if cfa else
+        f"transformer step (one evaluation, embedded guidance), {s.get('step_tokens', '?')} video tokens, s",
+        "step", digits=3)
     lines.append(f"| step compile, cold (fresh process, empty cache), s | {_fmt(s['compile_cold'])} | none (eager) | |")
     hits = [(r["generate"].get("jax_cache_hits", 0), r["generate"].get("jax_cache_requests", 0))
             for r in rec["fresh"].get("vidax-cached", [])]
     lines.append(f"| step compile, JAX persistent cache, s | {_fmt(s['compile_cached'])} | none (eager) | |")
     if hits:
         lines.append("| cache hits / programs compiled, per cached run | " + ", ".join(f"{h}/{n}" for h, n in hits) + " | | |")
-    row("text encoder, prompt + negative (warm), s", "text_encoder", digits=3)
+    row("text encoder, prompt + negative (warm), s" if cfa else "text encoder, prompt (warm), s", "text_encoder",
+        digits=3)
     te = rec.get("text_encoder", {})
     if te:
         lines.append(f"| text encoder, first call (vidax: compiles), s | {te['vidax']['first_s']:.2f} | "
@@ -1361,7 +1584,8 @@ def write_markdown(rec: dict, png: Path | None) -> None:
     if rec.get("frames_max_abs_diff") is not None:
         lines += ["", f"Same computation: the two engines' {cfg.steps}-step frames differ by at most "
                   f"{rec['frames_max_abs_diff']:.2e} (values in [0, 1])."]
-    lines += ["", "Step time against token count (per CFG half; the step runs both halves):", "",
+    lines += ["", "Step time against token count (per CFG half; the step runs both halves):" if cfa else
+              "Step time against video token count (one transformer evaluation per step):", "",
               "| dtype | latent | tokens | vidax s | diffusers s | vidax/diffusers (medians) | per-round ratio, median (min-max) "
               "| CPU s per step, vidax / diffusers | vidax compile s |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -1394,12 +1618,9 @@ def write_markdown(rec: dict, png: Path | None) -> None:
               "programs. RSS on the CPU backend includes the weights (device memory is host memory). Loading: diffusers maps "
               "the safetensors files and its tensors point into the mapping, so its load moves no weight bytes (the pages "
               "are faulted in at first use, inside the generation; a text-to-video run never touches the VAE encoder's); "
-              "vidax converts every tensor it reads (layout and dtype) into its own buffers at load, and its "
-              "text-to-video pipelines read only the VAE's decoder side (the encoder side loads at the first image: "
-              "docs/design.md \"Host memory\"). The step target is judged on the geometric mean over the token counts. "
-              + ("vidax's step runs its CPU default block loop: one compiled block program called once per block over "
-                 "per-block weights (`block_loop=\"host\"`, docs/design.md \"Block loop\"). ")
-              + (cfg.findings and cfg.findings + " "),
+              "vidax converts every tensor it reads (layout and dtype) into its own buffers at load, and "
+              + fam.vae_note + " The step target is judged on the geometric mean over the token counts. "
+              + fam.step_note + " " + (cfg.findings and cfg.findings + " "),
               "", f"Contention: every measurement records the share of the machine's CPU that other processes used "
               f"meanwhile (machine-wide busy time from `/proc/stat` minus the measured process's own CPU time). Medians "
               f"and ranges are over the quiet measurements (others under {QUIET:.0%}) when there are at least 2, and the "
@@ -1426,7 +1647,8 @@ def _png(cfg: BenchConfig) -> Path:
     return ROOT / "docs" / "benchmarks" / ("step_time.png" if cfg.name == "a" else f"step_time-{cfg.name}.png")
 
 
-FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX", "ltx": "LTX-Video"}
+FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX", "ltx": "LTX-Video",
+                 "hunyuanvideo": "HunyuanVideo"}
 
 
 def plot(rec: dict, png: Path) -> Path | None:
@@ -1460,9 +1682,10 @@ def plot(rec: dict, png: Path) -> Path | None:
     ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("tokens per CFG half")
-    ax.set_ylabel("seconds per step (CFG, both halves)")
     cfg = CONFIGS[rec["config"]]
+    cfa = FAMILIES[cfg.family].cfg_halves == 2
+    ax.set_xlabel("tokens per CFG half" if cfa else "video tokens")
+    ax.set_ylabel("seconds per step (CFG, both halves)" if cfa else "seconds per step (one evaluation)")
     ax.set_title(f"{FAMILY_TITLES.get(cfg.family, cfg.family)} step, config {cfg.name} ({rec['date']}, "
                  f"{os.cpu_count()} CPU cores)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)

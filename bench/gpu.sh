@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Real-size Wan2.1 steps on one lent GPU (an H200): vidax (JAX) against diffusers (PyTorch), in one call
-# of under 8 minutes. Run from the repository root: `bash bench/gpu.sh`. Results: one JSON per part in
-# $OUT (the device tool's output folder, at most 8 files come back: this writes 8; ./gpu-results
-# elsewhere), the log on stdout; then, back on the CPU machine:
+# Real-size Wan2.1 and HunyuanVideo steps on one lent GPU (an H200): vidax (JAX) against diffusers (PyTorch),
+# in one call of under 8 minutes. Run from the repository root: `bash bench/gpu.sh`. Results: one JSON per
+# part in $OUT (the device tool's output folder, at most 8 files come back: this writes 8, the machine's
+# description inside matmul.json; ./gpu-results elsewhere), the log on stdout; then, back on the CPU machine:
 #   python bench/gpu_step.py report <that folder>     # writes the "GPU" section of docs/benchmarks.md
+#
+# GPU_BENCH_PARTS picks the groups, in this order: "wan13 hv wan14" (default, all), e.g. GPU_BENCH_PARTS=hv
+# for the HunyuanVideo pair alone (about 2-3 minutes). With all groups the 14B parts, last, get what is left
+# of the budget. GPU_BENCH_DRY_RUN=1 prints the parts' commands and runs none (a check on any machine).
 #
 # The device image has JAX (CUDA), Flax and PyTorch but not diffusers: carry it as wheels in .whl/
 # (ignored by git, see /work/.library/device/README.md), e.g. here, once:
@@ -19,34 +23,19 @@ mkdir -p "$OUT"
 BUDGET=${GPU_BENCH_BUDGET_S:-450}   # whole script, seconds (under 8 minutes with the install)
 STEPS_13B=${STEPS_13B:-3}           # timed steps after one warm-up step
 STEPS_14B=${STEPS_14B:-1}
+STEPS_HV=${STEPS_HV:-2}             # HunyuanVideo 13B width, 2 + 4 blocks, 1280x720x129: timed steps after one warm-up
+PARTS=" ${GPU_BENCH_PARTS:-wan13 hv wan14} "
 ATTENTION_14B=${ATTENTION_14B:-cudnn}  # attention_impl of the 14B run: chunked, or cudnn where the engine has it
                                      # (an engine without it fails that part; one that refuses a call falls back)
 
-if ls .whl/*.whl >/dev/null 2>&1; then
+DRY=${GPU_BENCH_DRY_RUN:-0}
+
+if [ "$DRY" = 0 ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}
-
-python3 - "$OUT/env.json" <<'PY'
-import json, subprocess, sys, time
-from importlib.metadata import version, PackageNotFoundError
-v = {}
-for p in ("jax", "jaxlib", "torch", "diffusers", "flax"):
-    try:
-        v[p] = version(p)
-    except PackageNotFoundError:
-        v[p] = "absent"
-try:
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=20).stdout.strip()
-except Exception as e:
-    gpu = f"nvidia-smi failed: {e}"
-json.dump({"date": time.strftime("%Y-%m-%d"), "gpu": gpu,
-           "versions": ", ".join(f"{k} {x}" for k, x in v.items())}, open(sys.argv[1], "w"), indent=2)
-print(gpu, v)
-PY
 
 part() {  # part CAP_S ARGS...: one gpu_step.py part in its own process, capped by the time left
   local cap=$1; shift
@@ -54,15 +43,26 @@ part() {  # part CAP_S ARGS...: one gpu_step.py part in its own process, capped 
   if [ "$left" -lt 30 ]; then echo "== skip $* (${left}s left)"; return 0; fi
   [ "$cap" -gt "$left" ] && cap=$left
   echo "== $* (cap ${cap}s, ${SECONDS}s elapsed)"
+  if [ "$DRY" != 0 ]; then echo "dry-run: python3 bench/gpu_step.py $* --out-dir $OUT"; return 0; fi
   timeout --kill-after=10 "$cap" python3 bench/gpu_step.py "$@" --out-dir "$OUT" || echo "== part failed or capped: $*"
 }
 
-part 20 estimate
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+
+# estimate: no device needed (`gpu_step.py report` computes it here); matmul also records the machine
 part 45 matmul
-part 80 vidax --model 1.3b-480p --steps "$STEPS_13B" --attention chunked
-part 70 diffusers --model 1.3b-480p --steps "$STEPS_13B"
-part 60 vidax --model 1.3b-480p --steps "$STEPS_13B" --attention cudnn
-part 110 diffusers --model 14b-720p --steps "$STEPS_14B"
-part 240 vidax --model 14b-720p --steps "$STEPS_14B" --attention "$ATTENTION_14B"
+if want wan13; then
+  part 80 vidax --model 1.3b-480p --steps "$STEPS_13B" --attention chunked
+  part 70 diffusers --model 1.3b-480p --steps "$STEPS_13B"
+  part 60 vidax --model 1.3b-480p --steps "$STEPS_13B" --attention cudnn
+fi
+if want hv; then
+  part 75 diffusers --model hv-720p --steps "$STEPS_HV"
+  part 110 vidax --model hv-720p --steps "$STEPS_HV" --attention auto
+fi
+if want wan14; then
+  part 90 diffusers --model 14b-720p --steps "$STEPS_14B"
+  part 240 vidax --model 14b-720p --steps "$STEPS_14B" --attention "$ATTENTION_14B"
+fi
 echo "== done in ${SECONDS}s; results in $OUT"
-ls -la "$OUT"
+if [ "$DRY" = 0 ]; then ls -la "$OUT"; fi

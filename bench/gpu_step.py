@@ -1,9 +1,10 @@
-"""Real-size Wan2.1 steps on one GPU: vidax (JAX) against diffusers (PyTorch), called by ``bench/gpu.sh``.
+"""Real-size Wan2.1 and HunyuanVideo steps on one GPU: vidax (JAX) against diffusers (PyTorch), called by
+``bench/gpu.sh``.
 
 Parts (each its own process, so device memory and peaks are its own):
 
 - ``matmul``: the card's measured bf16 matmul rate (``jnp.matmul`` of 8192^3 bf16, mean of 10 after warm-up),
-  the denominator of the model FLOP utilisation (MFU).
+  the denominator of the model FLOP utilisation (MFU); its JSON also records the machine (GPU, versions).
 - ``vidax --model 1.3b-480p|14b-720p``: random bf16 parameters built on the device from the spec tree
   (``abstract_params`` shapes filled by ``jax.random.normal`` in per-leaf jitted calls, no files),
   the pipeline's guided step (``vidax.models.wan.pipeline._cfg_step``: CFG batch 2, one program)
@@ -11,7 +12,16 @@ Parts (each its own process, so device memory and peaks are its own):
 - ``diffusers --model ...``: ``WanTransformer3DModel`` built on the GPU in bf16 from the same
   configuration (random init), two ``transformer(...)`` calls + guidance per step as
   ``diffusers.WanPipeline`` does, ``torch.no_grad()``; peak from ``torch.cuda.max_memory_allocated``.
-- ``estimate``: the memory estimate of each model/dtype/attention (no device needed).
+- ``vidax --model hv-720p`` / ``diffusers --model hv-720p``: HunyuanVideo at the 13B width (24 heads x 128, MLP
+  12288, the 2-block token refiner, text 4096 / pooled 768 wide) with 2 of its 20 dual-stream and 4 of its 40
+  single-stream blocks (``bench.compare`` config e's transformer) at the paper row's token count (1280x720, 129
+  frames: 118800 video tokens + 256 text tokens, :data:`HV_TEXT_VALID` of them valid). One transformer evaluation
+  per step with the embedded guidance (6.0), as ``HunyuanVideoPipeline`` steps without true CFG: vidax the
+  pipeline's ``_step`` (``vidax.models.hunyuanvideo.pipeline._step``, ``guided=False``) compiled ahead of time,
+  attention ``auto`` (cuDNN on a GPU); diffusers ``HunyuanVideoTransformer3DModel`` in bf16 with the text mask
+  (``scaled_dot_product_attention`` with a boolean mask: its memory-efficient kernel).
+- ``estimate``: the memory estimate of each model/dtype/attention (no device needed; ``report`` computes it when
+  the results have none).
 - ``report RESULTS_DIR``: (here, after the run) writes the "GPU" section of docs/benchmarks.md.
 
 Attention: vidax has ``xla`` (full score matrix) and ``chunked`` (query chunks of 1024); there is no
@@ -44,6 +54,81 @@ COMMON = dict(patch_size=(1, 2, 2), in_channels=16, out_channels=16, text_dim=40
 TEXT_LEN = 512
 GUIDANCE = 5.0
 GiB = 2**30
+
+# HunyuanVideo 13B width (diffusers HunyuanVideoTransformer3DModel's defaults = the release's config), a few blocks.
+HV_COMMON = dict(in_channels=16, out_channels=16, num_attention_heads=24, attention_head_dim=128, num_refiner_layers=2,
+                 mlp_ratio=4.0, patch_size=2, patch_size_t=1, qk_norm="rms_norm", guidance_embeds=True,
+                 text_embed_dim=4096, pooled_projection_dim=768, rope_theta=256.0, rope_axes_dim=(16, 56, 56))
+HV_MODELS = {
+    # name: (HunyuanVideoTransformerConfig fields over HV_COMMON, (frames, height, width))
+    "hv-720p": (dict(num_layers=2, num_single_layers=4), (129, 720, 1280)),  # bench.compare config e's blocks
+    # the release's full depth: sizes and FLOPs only (estimate, tests), not run
+    "hv-13b": (dict(num_layers=20, num_single_layers=40), (129, 720, 1280)),
+    # a CPU-sized check of the script itself (tests), not a benchmark
+    "hv-tiny": (dict(num_attention_heads=2, attention_head_dim=16, num_layers=1, num_single_layers=1,
+                     num_refiner_layers=1, text_embed_dim=32, pooled_projection_dim=32, rope_axes_dim=(4, 6, 6)),
+                (9, 64, 64)),
+}
+HV_BENCH_MODELS = ("hv-720p",)
+HV_TEXT_LEN = 256  # the pipeline's max_sequence_length: the text rows of every joint attention
+HV_TEXT_VALID = 64  # of them valid (the mask's ones): a prompt of a few sentences
+HV_GUIDANCE = 6.0
+
+
+def hv_config(name: str) -> dict:
+    """The model's ``HunyuanVideoTransformer3DModel`` constructor arguments."""
+    fields, _ = HV_MODELS[name]
+    return {**HV_COMMON, **fields}
+
+
+def hv_tokens(name: str) -> int:
+    """Video tokens of the model's size (the text's :data:`HV_TEXT_LEN` rows join them in attention)."""
+    f, h, w = HV_MODELS[name][1]
+    _, _, t, hh, ww = latent_shape(f, h, w)
+    return t * (hh // 2) * (ww // 2)
+
+
+def hv_step_flops(name: str) -> float:
+    """Model FLOPs of one step (one evaluation, batch 1): matmuls and attention over the whole joint sequence
+    (padding included, as both engines compute it), 2 FLOP per MAC; per-sample modulation projections ignored."""
+    c = hv_config(name)
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    m, s, L = int(d * c["mlp_ratio"]), hv_tokens(name), HV_TEXT_LEN
+    n = s + L
+    attn = 2 * 2 * n * n * d  # scores and values over the joint sequence
+    dual = 2 * n * (4 * d * d + 2 * d * m) + attn  # per-stream q, k, v, out and MLP (video rows + text rows)
+    single = 2 * n * (d * (3 * d + m) + (d + m) * d) + attn  # fused q, k, v + MLP up; fused out + MLP down
+    refiner = 2 * L * (4 * d * d + 2 * d * 4 * d) + 2 * 2 * L * L * d
+    embed = 2 * L * c["text_embed_dim"] * d + 2 * s * c["in_channels"] * 4 * d + 2 * s * d * c["out_channels"] * 4
+    return c["num_layers"] * dual + c["num_single_layers"] * single + c["num_refiner_layers"] * refiner + embed
+
+
+def hv_param_count(name: str) -> int:
+    """Parameters of the model, counted on vidax's spec tree (one declaration per weight)."""
+    import math
+
+    import jax
+
+    from vidax.core.params import abstract_params
+    from vidax.models.hunyuanvideo.config import HunyuanVideoTransformerConfig
+    from vidax.models.hunyuanvideo.transformer import transformer_specs
+
+    tree = abstract_params(transformer_specs(HunyuanVideoTransformerConfig(**hv_config(name))), "float32")
+    return sum(math.prod(a.shape) for a in jax.tree.leaves(tree))
+
+
+def hv_estimate(name: str, dtype_bytes: int = 2) -> dict:
+    """A rough peak-memory estimate of the step with a fused (flash-style) attention: weights + live activations."""
+    c = hv_config(name)
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    n = hv_tokens(name) + HV_TEXT_LEN
+    m = int(d * c["mlp_ratio"])
+    weights = hv_param_count(name) * dtype_bytes
+    residual = n * d * 4 * 3  # fp32 stream, its normed copy, the block output
+    qkv = n * d * dtype_bytes * 4
+    mlp = n * m * (4 + dtype_bytes)
+    peak_act = residual + max(qkv, mlp + qkv)  # the single-stream block holds attention and MLP inputs together
+    return {"weights": weights, "activations": peak_act, "scores": 0, "total": weights + peak_act}
 
 
 def latent_shape(frames, height, width):
@@ -124,6 +209,58 @@ def part_matmul(n: int = 8192, reps: int = 10) -> dict:
             "jax": jax.__version__}
 
 
+def _device_params(abstract) -> tuple[dict, int]:
+    """Random parameters of an abstract tree, made on the device leaf by leaf; ``(params, bytes)``."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, treedef = jax.tree.flatten(abstract)
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    gen = jax.jit(lambda key, shape, dt: (jax.random.normal(key, shape, jnp.float32) * 0.02).astype(dt),
+                  static_argnums=(1, 2))  # one small program per distinct leaf shape: no full-size temporaries
+    made = [gen(k, a.shape, a.dtype) for k, a in zip(keys, leaves)]
+    params = jax.tree.unflatten(treedef, made)
+    jax.block_until_ready(params)
+    return params, sum(x.nbytes for x in made)
+
+
+def _attention_request(attention: str) -> str:
+    """``attention`` if the engine has it, else ``chunked`` (an engine without that kernel runs what it has)."""
+    from vidax.core.attention import AttentionImpl
+
+    try:
+        AttentionImpl(attention)
+        return attention
+    except ValueError:
+        return "chunked"
+
+
+def _timed_steps(run, steps: int) -> tuple[float, list[float]]:
+    """``(first call s, [s per later call])``: ``run()`` must block until its result is ready."""
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return first, times
+
+
+def _xla_figures(compiled) -> tuple[int | None, float | None]:
+    """XLA's temporaries (bytes) and FLOP count of a compiled program, where it reports them."""
+    mem = compiled.memory_analysis()
+    temp = int(getattr(mem, "temp_size_in_bytes", 0)) if mem is not None else None
+    try:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        flops = float(cost.get("flops", 0.0)) or None
+    except Exception:
+        flops = None
+    return temp, flops
+
+
 def part_vidax(name: str, steps: int, attention: str) -> dict:
     import jax
     import jax.numpy as jnp
@@ -134,28 +271,14 @@ def part_vidax(name: str, steps: int, attention: str) -> dict:
     from vidax.models.wan.pipeline import _cfg_step
     from vidax.models.wan.transformer import rope_tables, transformer_specs
 
-    from vidax.core.attention import AttentionImpl
-
-    requested = attention
-    try:
-        AttentionImpl(attention)
-    except ValueError:  # an engine without that kernel: run what it has, and say so
-        attention = "chunked"
+    requested, attention = attention, _attention_request(attention)  # an engine without that kernel: say so
     fields, (f, h, w) = MODELS[name]
     cfg = WanTransformerConfig(**COMMON, **fields)
     shape = latent_shape(f, h, w)
     dtype = jnp.bfloat16
     t0 = time.perf_counter()
-    abstract = abstract_params(transformer_specs(cfg), dtype)
-    leaves, treedef = jax.tree.flatten(abstract)
-    keys = jax.random.split(jax.random.key(0), len(leaves))
-    gen = jax.jit(lambda key, shape, dt: (jax.random.normal(key, shape, jnp.float32) * 0.02).astype(dt),
-                  static_argnums=(1, 2))  # one small program per distinct leaf shape: no full-size temporaries
-    made = [gen(k, a.shape, a.dtype) for k, a in zip(keys, leaves)]
-    params = jax.tree.unflatten(treedef, made)
-    jax.block_until_ready(params)
+    params, weight_bytes = _device_params(abstract_params(transformer_specs(cfg), dtype))
     init_s = time.perf_counter() - t0
-    weight_bytes = sum(x.nbytes for x in made)
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
     context = jnp.asarray(rng.standard_normal((2, TEXT_LEN, cfg.text_dim), dtype=np.float32)).astype(dtype)
@@ -170,22 +293,8 @@ def part_vidax(name: str, steps: int, attention: str) -> dict:
         compiled = step.lower(*args, cfg=cfg, attention_impl=attention, guided=True).compile()
     caught = [str(x.message)[:200] for x in w]
     compile_s = time.perf_counter() - t0
-    mem = compiled.memory_analysis()
-    temp = int(getattr(mem, "temp_size_in_bytes", 0)) if mem is not None else None
-    try:
-        cost = compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        xla_flops = float(cost.get("flops", 0.0)) or None
-    except Exception:
-        xla_flops = None
-    t0 = time.perf_counter()
-    compiled(*args).block_until_ready()
-    first_s = time.perf_counter() - t0
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        compiled(*args).block_until_ready()
-        times.append(time.perf_counter() - t0)
+    temp, xla_flops = _xla_figures(compiled)
+    first_s, times = _timed_steps(lambda: compiled(*args).block_until_ready(), steps)
     peak, limit = _dev_peak()
     return {"part": "vidax", "model": name, "attention": attention, "attention_requested": requested,
             "warnings": sorted(set(caught)), "dtype": "bfloat16", "tokens": tokens(name),
@@ -247,14 +356,134 @@ def part_diffusers(name: str, steps: int) -> dict:
             "sdpa": "torch.nn.functional.scaled_dot_product_attention (default backend choice)"}
 
 
+def part_vidax_hv(name: str, steps: int, attention: str) -> dict:
+    """vidax's HunyuanVideo step (the pipeline's ``_step``, one evaluation with embedded guidance) on random bf16
+    parameters made on the device, compiled ahead of time; ``steps`` timed calls after one warm-up."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.core.attention import ran_label, recording
+    from vidax.core.params import abstract_params
+    from vidax.models.hunyuanvideo.config import HunyuanVideoTransformerConfig
+    from vidax.models.hunyuanvideo.pipeline import _step
+    from vidax.models.hunyuanvideo.transformer import guidance_input, transformer_specs
+
+    requested, attention = attention, _attention_request(attention)
+    cfg = HunyuanVideoTransformerConfig(**hv_config(name))
+    f, h, w = HV_MODELS[name][1]
+    shape = latent_shape(f, h, w)
+    dtype = jnp.bfloat16
+    t0 = time.perf_counter()
+    params, weight_bytes = _device_params(abstract_params(transformer_specs(cfg), dtype))
+    init_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    context = jnp.asarray(rng.standard_normal((1, HV_TEXT_LEN, cfg.text_embed_dim), dtype=np.float32)).astype(dtype)
+    mask = jnp.asarray((np.arange(HV_TEXT_LEN) < HV_TEXT_VALID)[None].astype(np.int32))
+    pooled = jnp.asarray(rng.standard_normal((1, cfg.pooled_projection_dim), dtype=np.float32)).astype(dtype)
+    guidance = jnp.asarray(guidance_input(HV_GUIDANCE, 1, dtype))
+    args = (params, x, jnp.full((1,), 1000.0, jnp.float32), context, mask, pooled, guidance, jnp.float32(1.0))
+    step = jax.jit(_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught, recording() as ran:  # a kernel falling back, say
+        warnings.simplefilter("always")
+        compiled = step.lower(*args, cfg=cfg, attention_impl=attention, guided=False).compile()
+    compile_s = time.perf_counter() - t0
+    temp, xla_flops = _xla_figures(compiled)
+    first_s, times = _timed_steps(lambda: compiled(*args).block_until_ready(), steps)
+    peak, limit = _dev_peak()
+    return {"part": "vidax", "model": name, "attention": ran_label(ran, attention), "attention_requested": requested,
+            "warnings": sorted({str(m.message)[:200] for m in caught}), "dtype": "bfloat16",
+            "tokens": hv_tokens(name), "text_tokens": HV_TEXT_LEN, "text_valid": HV_TEXT_VALID, "init_s": init_s,
+            "compile_s": compile_s, "first_step_s": first_s, "step_s": times, "peak_device_bytes": peak,
+            "device_bytes_limit": limit, "weight_bytes": weight_bytes, "xla_temp_bytes": temp,
+            "xla_flops": xla_flops, "model_flops": hv_step_flops(name), "jax": jax.__version__}
+
+
+def part_diffusers_hv(name: str, steps: int) -> dict:
+    """diffusers' ``HunyuanVideoTransformer3DModel`` built in bf16 on the device (random init), one evaluation per
+    step as ``HunyuanVideoPipeline.__call__`` (embedded guidance, text mask), ``torch.no_grad()``."""
+    import torch
+    from diffusers import HunyuanVideoTransformer3DModel
+
+    cfg = {**hv_config(name), "rope_axes_dim": list(hv_config(name)["rope_axes_dim"])}
+    f, h, w = HV_MODELS[name][1]
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    torch.set_default_dtype(torch.bfloat16)  # built directly in bf16 on the device (all modules bf16)
+    try:
+        with dev:
+            model = HunyuanVideoTransformer3DModel(**cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    sync()
+    init_s = time.perf_counter() - t0
+    gen = torch.Generator(device=dev).manual_seed(0)
+    bf16 = torch.bfloat16
+    x = torch.randn(latent_shape(f, h, w), generator=gen, device=dev).to(bf16)
+    pe = torch.randn((1, HV_TEXT_LEN, cfg["text_embed_dim"]), generator=gen, device=dev).to(bf16)
+    mask = (torch.arange(HV_TEXT_LEN, device=dev) < HV_TEXT_VALID)[None].to(bf16)  # the pipeline casts it so
+    pooled = torch.randn((1, cfg["pooled_projection_dim"]), generator=gen, device=dev).to(bf16)
+    guidance = torch.tensor([HV_GUIDANCE], dtype=bf16, device=dev) * 1000.0
+    t = torch.full((1,), 1000.0, device=dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        with torch.no_grad(), model.cache_context("cond"):
+            model(hidden_states=x, timestep=t, encoder_hidden_states=pe, encoder_attention_mask=mask,
+                  pooled_projections=pooled, guidance=guidance, return_dict=False)
+        sync()
+
+    first_s, times = _timed_steps(step, steps)
+    import diffusers
+
+    return {"part": "diffusers", "model": name, "dtype": "bfloat16", "tokens": hv_tokens(name),
+            "text_tokens": HV_TEXT_LEN, "text_valid": HV_TEXT_VALID, "init_s": init_s, "first_step_s": first_s,
+            "step_s": times,
+            "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else 0,
+            "device": str(dev), "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "model_flops": hv_step_flops(name), "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "sdpa": "torch.nn.functional.scaled_dot_product_attention with a boolean mask (default backend choice)"}
+
+
 def part_estimate() -> dict:
     out = {}
     for name in BENCH_MODELS:
         for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
             for attn, chunk in (("xla", None), ("chunked", 1024)):
                 out[f"{name}/{dt}/{attn}"] = estimate(name, nbytes, chunk)
-    return {"part": "estimate", "estimates": out, "params": {n: param_count(n) for n in BENCH_MODELS},
-            "model_flops": {n: step_flops(n) for n in BENCH_MODELS}, "tokens": {n: tokens(n) for n in BENCH_MODELS}}
+    for name in HV_BENCH_MODELS:
+        for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
+            out[f"{name}/{dt}/fused"] = hv_estimate(name, nbytes)
+    return {"part": "estimate", "estimates": out,
+            "params": {**{n: param_count(n) for n in BENCH_MODELS}, **{n: hv_param_count(n) for n in HV_BENCH_MODELS}},
+            "model_flops": {**{n: step_flops(n) for n in BENCH_MODELS},
+                            **{n: hv_step_flops(n) for n in HV_BENCH_MODELS}},
+            "tokens": {**{n: tokens(n) for n in BENCH_MODELS}, **{n: hv_tokens(n) for n in HV_BENCH_MODELS}}}
+
+
+def machine_env() -> dict:
+    """The device machine: date, GPU (``nvidia-smi``) and package versions (kept in the matmul part's JSON)."""
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+
+    v = {}
+    for pkg in ("jax", "jaxlib", "torch", "diffusers", "flax"):
+        try:
+            v[pkg] = version(pkg)
+        except PackageNotFoundError:
+            v[pkg] = "absent"
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as e:
+        gpu = f"nvidia-smi failed: {e}"
+    return {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "versions": ", ".join(f"{k} {x}" for k, x in v.items())}
 
 
 # ------------------------------------------------------------------------------------ report
@@ -273,15 +502,17 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
         res[p.stem] = r
     mm = res.get("matmul", {})
     rate = mm.get("tflops")
-    env = res.get("env", {})
+    env = res.get("env") or mm.get("env", {})
     ran = any(k.startswith(("vidax-", "diffusers-")) for k in res) or bool(mm)
     lines = ["## GPU: one H200, real sizes", ""]
     if ran:
         lines += [
             f"Generated by `bash bench/gpu.sh` on the lent device ({env.get('gpu', mm.get('device', '?'))}; "
             f"{env.get('versions', '')}) and `python bench/gpu_step.py report <results>` here, {env.get('date', '?')}.",
-            f"Random bf16 weights built on the device (speed does not depend on values), CFG batch 2, "
-            f"measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)." if rate else "No matmul rate measured.",
+            f"Random bf16 weights built on the device (speed does not depend on values); Wan: CFG batch 2; "
+            f"HunyuanVideo: one evaluation per step (embedded guidance), {HV_TEXT_LEN} text tokens of which "
+            f"{HV_TEXT_VALID} valid; measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)."
+            if rate else "No matmul rate measured.",
         ]
     else:
         lines += ["Not run yet (no GPU was lent to the task that wrote the scripts). `bash bench/gpu.sh` on a lent H200 "
@@ -289,7 +520,7 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
                   "Until then: the memory estimate of `python bench/gpu_step.py estimate`."]
     lines += ["", "| model | engine | attention | compile s | step s (median) | MFU vs measured matmul | peak device GiB |",
               "|---|---|---|---|---|---|---|"]
-    for name in BENCH_MODELS if ran else ():
+    for name in BENCH_MODELS + HV_BENCH_MODELS if ran else ():
         keys = sorted(k for k in res if k.startswith(f"vidax-{name}")) or [f"vidax-{name}"]
         for key in keys + [f"diffusers-{name}"]:
             eng = key.split("-")[0]
@@ -304,8 +535,13 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
             mfu = f"{r['model_flops'] / s / (rate * 1e12):.1%}" if rate else ""
             comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "none (eager)"
             att = r.get("attention", "sdpa")
-            if r.get("attention_requested", att) != att:
-                att += f" ({r['attention_requested']} not in this engine)"
+            asked = r.get("attention_requested", att)
+            if asked == "auto":
+                att += " (auto)"
+            elif asked not in att.split("+"):
+                att += f" ({asked} not in this engine)"
+            elif att != asked:
+                att += f" ({asked} fell back for some calls)"
             lines.append(f"| {name} | {eng} | {att} | {comp} | {s:.2f} | {mfu} | "
                          f"{r['peak_device_bytes'] / GiB:.1f} |")
         v = [res[k] for k in keys if k in res and "step_s" in res[k] and res[k]["step_s"]]
@@ -313,14 +549,17 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
         if v and d.get("step_s"):
             best = min(median(r["step_s"]) for r in v)
             lines.append(f"| {name} | vidax/diffusers (best vidax) | | | **{best / median(d['step_s']):.2f}x** | | |")
-    est = res.get("estimate", {}).get("estimates", {})
+    if "estimate" not in res:  # no device needed: computed here when the run brought none back
+        res["estimate"] = part_estimate()
+    est = res["estimate"].get("estimates", {})
     if not ran:
         lines = lines[:-3]
     if est:
         p = res["estimate"]
         lines += ["", "Sizes: " + "; ".join(
-            f"{n}: {p['params'][n] / 1e9:.2f} B parameters, {p['tokens'][n]} tokens, "
-            f"{p['model_flops'][n] / 1e15:.2f} PFLOP per guided step" for n in p["params"]) + "."]
+            f"{n}: {p['params'][n] / 1e9:.2f} B parameters, {p['tokens'][n]} {'video ' if n in HV_MODELS else ''}"
+            f"tokens, {p['model_flops'][n] / 1e15:.2f} PFLOP per {'step' if n in HV_MODELS else 'guided step'}"
+            for n in p["params"]) + "."]
         lines += ["", "Memory estimate before the run (weights + largest live activations, GiB; H200 has ~139):", "",
                   "| model/dtype/attention | weights | activations | of which scores | total |", "|---|---|---|---|---|"]
         for k, e in est.items():
@@ -338,36 +577,44 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
     replace_section(lines[0], "\n".join(lines) + "\n", docs or DOCS)
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of the parts (``bench/gpu.sh`` calls ``gpu_step.py PART --model ... --out-dir ...``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("part", choices=["matmul", "vidax", "diffusers", "estimate", "report"])
     p.add_argument("results", nargs="?", help="report: the folder of JSON files")
-    p.add_argument("--model", choices=sorted(MODELS), default="1.3b-480p")
+    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS), default="1.3b-480p")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--attention", default="chunked",
                    help="vidax attention_impl: xla, chunked, or a kernel the engine has (e.g. cudnn)")
     p.add_argument("--out-dir", default=os.environ.get("OUT", "."))
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     if args.part == "report":
         report(Path(args.results))
         return 0
     name = {"matmul": "matmul", "estimate": "estimate"}.get(args.part, f"{args.part}-{args.model}")
     if args.part == "vidax":
         name += f"-{args.attention}"
+    hv = args.model in HV_MODELS
     try:
         if args.part == "matmul":
             r = part_matmul()
         elif args.part == "estimate":
             r = part_estimate()
         elif args.part == "vidax":
-            r = part_vidax(args.model, args.steps, args.attention)
+            r = (part_vidax_hv if hv else part_vidax)(args.model, args.steps, args.attention)
         else:
-            r = part_diffusers(args.model, args.steps)
+            r = (part_diffusers_hv if hv else part_diffusers)(args.model, args.steps)
     except Exception as e:  # keep the other parts' results: record the failure
         import traceback
 
         traceback.print_exc()
         r = {"part": args.part, "model": args.model, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if args.part == "matmul":  # the machine, in the same file (the device returns at most 8 files)
+        r["env"] = machine_env()
     out = Path(args.out_dir) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(r, indent=2) + "\n")

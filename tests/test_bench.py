@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,8 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module", ["bench.compare", "bench.compile_study", "bench.gpu_step", "bench.cpu_attention", "bench.convert",
-                                    "bench.load", "bench._report"])
+@pytest.mark.parametrize("module", ["bench.compare", "bench.compile_study", "bench.gpu_step", "bench.cpu_attention",
+                                    "bench.convert", "bench.load", "bench._report"])
 def test_bench_scripts_import(module):
     importlib.import_module(module)
 
@@ -47,6 +48,23 @@ def test_compare_configs_are_consistent():
     tokens = [FAMILIES["ltx"].tokens(d, *shape) for shape in d.sweep]
     assert all((f - 1) % 8 == 0 and h % 32 == 0 and w % 32 == 0 for f, h, w in (d.base, *d.sweep, *d.bf16_sweep))
     assert tokens == sorted(tokens) and 100 <= tokens[0] and tokens[-1] <= 1500
+    # config e: HunyuanVideo 13B width (3072 = 24 x 128), a few blocks of each kind, components that fit each other
+    e = CONFIGS["e"]
+    t = e.transformer
+    assert e.family == "hunyuanvideo" and FAMILIES["hunyuanvideo"].cfg_halves == 1
+    assert t["num_attention_heads"] == 24 and t["attention_head_dim"] == 128 and t["mlp_ratio"] == 4.0
+    assert sum(t["rope_axes_dim"]) == t["attention_head_dim"] and list(t["rope_axes_dim"]) == [16, 56, 56]
+    assert 2 <= t["num_layers"] < 20 and 2 <= t["num_single_layers"] < 40 and t["num_refiner_layers"] == 2
+    assert t["text_embed_dim"] == e.text["hidden_size"] == 4096 and t["pooled_projection_dim"] == 768
+    assert e.text["clip_hidden_size"] == 768 and e.text["num_hidden_layers"] > 2  # hidden_states[-3] runs a layer
+    assert e.vae["block_out_channels"] == [128, 256, 512, 512] and e.vae["layers_per_block"] == 2
+    # 5x128x128 -> latents (1, 16, 2, 16, 16) -> 2 x 8 x 8 patches of 2x2
+    assert FAMILIES["hunyuanvideo"].tokens(e, *e.base) == 128
+    # the GPU part runs the same model (width and blocks) at the paper row's size
+    from bench import gpu_step
+
+    gpu = gpu_step.hv_config("hv-720p")
+    assert all(gpu[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items())
 
 
 def test_gpu_step_flops_and_estimates():
@@ -58,6 +76,25 @@ def test_gpu_step_flops_and_estimates():
     assert abs(gpu_step.param_count("14b-720p") / 14.3e9 - 1) < 0.02
     est = gpu_step.estimate("14b-720p", 2, 1024)
     assert est["weights"] < est["total"] < 139 * 2**30
+    # HunyuanVideo at 1280x720, 129 frames: latents (33, 90, 160), patches of 2x2
+    assert gpu_step.hv_tokens("hv-720p") == 33 * 45 * 80
+    assert gpu_step.hv_estimate("hv-720p")["total"] < 139 * 2**30
+
+
+def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
+    """The GPU part's sizes (counted on vidax's spec tree) against diffusers' model of the same configuration, built
+    on the meta device (no memory): the few-block benchmark model and the release's full 13B."""
+    torch = pytest.importorskip("torch")
+    from diffusers import HunyuanVideoTransformer3DModel
+
+    from bench import gpu_step
+
+    for name in ("hv-720p", "hv-13b"):
+        cfg = {**gpu_step.hv_config(name), "rope_axes_dim": list(gpu_step.hv_config(name)["rope_axes_dim"])}
+        with torch.device("meta"):
+            ref = sum(p.numel() for p in HunyuanVideoTransformer3DModel(**cfg).parameters())
+        assert gpu_step.hv_param_count(name) == ref, name
+    assert abs(gpu_step.hv_param_count("hv-13b") / 12.8e9 - 1) < 0.01  # "HunyuanVideo 13B": 12.8 B parameters
 
 
 def test_compile_study_unrolled_matches_scan():
@@ -121,9 +158,66 @@ def test_gpu_step_runs_on_a_tiny_model(tmp_path):
     text = docs.read_text()
     assert "## GPU: one H200, real sizes" in text and "| 1.3b-480p | vidax | chunked |" in text
     assert "| 14b-720p | diffusers | | | not run |" in text
+    assert "| hv-720p | vidax | | | not run |" in text
 
 
-@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx"])
+def test_gpu_step_hunyuanvideo_parts_run_on_a_tiny_model(tmp_path):
+    """The GPU script's HunyuanVideo parts (vidax and diffusers) against the engines' current APIs, on a tiny model on
+    the CPU; the report renders both rows and their ratio, with the estimate computed here when none came back."""
+    pytest.importorskip("diffusers")
+    from bench import gpu_step
+
+    res = tmp_path / "res"
+    res.mkdir()
+    for part in ("vidax", "diffusers"):
+        args = [part, "--model", "hv-tiny", "--steps", "1", "--out-dir", str(res)]
+        assert gpu_step.main(args + (["--attention", "auto"] if part == "vidax" else [])) == 0
+    v = json.loads((res / "vidax-hv-tiny-auto.json").read_text())
+    d = json.loads((res / "diffusers-hv-tiny.json").read_text())
+    for r in (v, d):
+        assert len(r["step_s"]) == 1 and r["tokens"] == 3 * 4 * 4 and r["model_flops"] > 0 and r["weight_bytes"] > 0
+    assert v["attention"] and v["compile_s"] > 0
+    # rendered as the benchmark model's rows
+    for r, name in ((v, "vidax-hv-720p-auto.json"), (d, "diffusers-hv-720p.json")):
+        (res / name).write_text(json.dumps({**r, "model": "hv-720p"}))
+    (res / "matmul.json").write_text(json.dumps({"tflops": 700.0, "device": "cuda:0",
+                                                 "env": {"gpu": "NVIDIA H200", "date": "2026-12-04"}}))
+    docs = tmp_path / "benchmarks.md"
+    gpu_step.report(res, docs)
+    text = docs.read_text()
+    assert "NVIDIA H200" in text and f"| hv-720p | vidax | {v['attention']} (auto) |" in text
+    assert "| hv-720p | diffusers | sdpa |" in text and "| hv-720p | vidax/diffusers (best vidax) |" in text
+    assert "hv-720p: 1.61 B parameters, 118800 video tokens" in text and "| hv-720p/bfloat16/fused |" in text
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
+    """``GPU_BENCH_DRY_RUN=1 bash bench/gpu.sh`` runs nothing and prints each part's command: all of them parse with
+    gpu_step.py's command line, the default run writes at most the 8 files the device returns, and
+    ``GPU_BENCH_PARTS`` picks the groups."""
+    from bench import gpu_step
+
+    def parts(groups=None):
+        env = dict(os.environ, GPU_BENCH_DRY_RUN="1", OUT=str(tmp_path))
+        if groups is not None:
+            env["GPU_BENCH_PARTS"] = groups
+        r = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh")], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        cmds = [line.split("bench/gpu_step.py ", 1)[1].split() for line in r.stdout.splitlines()
+                if line.startswith("dry-run: ")]
+        return [gpu_step.parser().parse_args(c) for c in cmds]
+
+    every = parts()
+    assert len(every) == 8 and not list(tmp_path.iterdir())  # one JSON file per part; nothing ran
+    assert [(a.part, a.model) for a in every if a.model.startswith("hv")] == [("diffusers", "hv-720p"),
+                                                                            ("vidax", "hv-720p")]
+    hv = parts("hv")
+    assert [a.part for a in hv] == ["matmul", "diffusers", "vidax"] and hv[2].model == "hv-720p"
+    assert not any(a.model.startswith("hv") for a in parts("wan13 wan14"))
+
+
+@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
     gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
@@ -159,6 +253,28 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
         raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
         assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
+    if family == "hunyuanvideo":  # both decode to [0, 1] frames (B, F, H, W, 3)
+        assert videos["vidax"].shape == videos["diffusers"].shape == (1, 9, 64, 64, 3)
+        assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
+
+
+def test_compare_report_of_a_guidance_distilled_family(monkeypatch):
+    """Config e's section, re-rendered from its recorded run: the step is labelled as one evaluation (no CFG halves,
+    no negative prompt) and the notes name the family's own block loop and VAE loading."""
+    from bench import compare
+
+    rec = json.loads((ROOT / "docs" / "benchmarks" / "compare-e.json").read_text())
+    rec["summary"] = compare.summarize(rec)
+    written = {}
+    monkeypatch.setattr(compare, "replace_section", lambda heading, body: written.update({heading: body}))
+    compare.write_markdown(rec, None)
+    text = written["## vidax vs diffusers, CPU (config e)"]
+    assert "| transformer step (one evaluation, embedded guidance), 128 video tokens, s |" in text
+    assert "| text encoder, prompt (warm), s |" in text and "negative" not in text and "CFG half" not in text
+    assert "one transformer evaluation per step" in text and 'block_loop="host"' not in text
+    assert compare.FAMILIES["hunyuanvideo"].step_note in text and compare.FAMILIES["hunyuanvideo"].vae_note in text
+    # the other families keep their labels
+    assert compare.FAMILIES["wan2.1"].cfg_halves == 2 and "block_loop" in compare.FAMILIES["wan2.1"].step_note
 
 
 def test_a_converted_folder_with_unaligned_tensors_is_written_again(tmp_path):
