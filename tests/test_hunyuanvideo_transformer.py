@@ -373,7 +373,7 @@ def test_config_defaults_are_the_13b_model():
 @pytest.mark.parametrize("bad, message", [
     ({"num_attention_heads": "two"}, "num_attention_heads='two' should be an integer"),
     ({"guidance_embeds": 1}, "guidance_embeds=1 should be true or false"),
-    ({"rope_axes_dim": [16, "56", 56]}, "rope_axes_dim=\\[16, '56', 56\\] should be a list of"),
+    ({"rope_axes_dim": [16, "56", 56]}, "rope_axes_dim=\\[16, '56', 56\\] should be a list of integers"),
     ({"mlp_ratio": "4"}, "mlp_ratio='4' should be a number"),
     ({"image_condition_type": 3}, "image_condition_type=3 should be a string or null"),
     ({"num_single_layers": 0}, "num_single_layers=0 should be a positive integer"),

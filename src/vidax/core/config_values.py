@@ -112,8 +112,9 @@ def _describe(expected: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in args)
     if origin in (tuple, list):
-        items = [_describe(a) for a in args if a is not Ellipsis]
-        return f"a list of {items[0]}s" if items else "a list"
+        items = [a for a in args if a is not Ellipsis]
+        plural = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+        return f"a list of {plural.get(items[0], _describe(items[0]))}" if items else "a list"
     if expected is type(None):
         return "null"
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
