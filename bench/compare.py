@@ -884,9 +884,9 @@ _hv_convert = _converter("vidax.models.hunyuanvideo.convert")
 
 
 class HunyuanVidax(WanVidax):
-    """vidax's ``HunyuanVideoPipeline`` (JAX), measured through its own stages: the step is the pipeline's compiled
-    ``_step`` (one transformer evaluation with the embedded guidance, as ``HunyuanVideoPipeline.__call__`` without
-    true CFG)."""
+    """vidax's ``HunyuanVideoPipeline`` (JAX), measured through its own stages: the step is the pipeline's
+    ``compile_step`` (one transformer evaluation with the embedded guidance, as ``HunyuanVideoPipeline.__call__``
+    without true CFG; the host block loop on the CPU, the scan elsewhere)."""
 
     def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
         self.cache_events = _jax_setup(jax_cache)
@@ -927,9 +927,8 @@ class HunyuanVidax(WanVidax):
         self.args = (pipe.transformer_params, jnp.asarray(latents), jnp.full((b,), HV_FIRST_TIMESTEP, jnp.float32),
                      context, mask, pooled, guidance, jnp.float32(1.0))
         t0 = time.perf_counter()
-        with mesh_context(pipe.mesh):
-            self.compiled = pipe._step.lower(*self.args, cfg=pipe.transformer_cfg, attention_impl=pipe.attention,
-                                             guided=False, mesh=pipe.mesh, rules=pipe.rules).compile()
+        with mesh_context(pipe.mesh):  # the pipeline's own step: the host block loop on the CPU, the scan elsewhere
+            self.compiled = pipe.compile_step(*self.args, guided=False)
         return time.perf_counter() - t0
 
     def decode(self, latents):
