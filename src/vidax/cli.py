@@ -733,6 +733,13 @@ def _bounded(message: str) -> str:
     return message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS] + " ... (message cut)"
 
 
+def _end_progress_lines() -> None:
+    # Progress bars are open only if vidax.core.progress was imported (a run started); close what is open.
+    progress = sys.modules.get("vidax.core.progress")
+    if progress is not None:
+        progress.end_lines()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a ``vidax`` command. Returns the exit status: 0 done, 1 ``inspect`` found a mismatch, 2 an error
     (one ``vidax: error:`` line naming the fix), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 the output
@@ -771,12 +778,15 @@ def main(argv: list[str] | None = None) -> int:
         return status
     # CheckpointError is a ValueError; OSError: missing or existing files; FloatingPointError: a NaN video.
     except (ValueError, OSError, FloatingPointError) as e:
+        _end_progress_lines()  # the message starts a line of its own, never the tail of a bar
         print(f"vidax: error: {_bounded(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # nothing half-written: every output goes to a temporary file first
+        _end_progress_lines()
         print("vidax: interrupted; no output was written", file=sys.stderr)
         return 130
     except signals.Terminated:
+        _end_progress_lines()
         print("vidax: terminated; no output was written", file=sys.stderr)
         return 143
     finally:

@@ -25,6 +25,9 @@ from vidax.core import signals
 #: Seconds between redraws of an open stage's line.
 TICK_S = 1.0
 
+_open: list = []  # the bars of the stages open now (closed by end_lines() when a run ends abnormally)
+_lock = threading.Lock()
+
 
 class Stage:
     """One open stage: count its units with :meth:`update` (a no-op when progress is off)."""
@@ -94,13 +97,18 @@ class Progress:
                 bar.refresh()
 
         ticker = threading.Thread(target=tick, name=f"vidax-progress-{name}", daemon=True)
+        with _lock:
+            _open.append(bar)
         ticker.start()
         try:
             yield Stage(bar)
         finally:
-            done.set()
-            ticker.join()
-            bar.close()
+            # Uninterrupted: a signal in ticker.join() used to skip bar.close(), leaving the line open and the
+            # final message glued to it. A signal arriving here is recorded and raised when the block ends.
+            with signals.deferred():
+                done.set()
+                ticker.join()
+                _close(bar)
 
     def _showing(self) -> bool:
         if not self.enabled:
@@ -111,6 +119,30 @@ class Progress:
             return jax.process_index() == 0
         except Exception:  # noqa: BLE001 - no backend yet: a single process
             return True
+
+
+def _close(bar: Any) -> None:
+    with _lock:
+        if bar not in _open:
+            return
+        _open.remove(bar)
+    bar.close()
+
+
+def end_lines() -> None:
+    """Close every progress line still open, so that what is printed next starts a line of its own.
+
+    The command line calls it before its final message (an error, an interruption): a stage whose ``finally`` was
+    cut short by an exception, or one still open in another thread, would otherwise leave its bar's line
+    unterminated and the message appended to it. Safe to call at any time; a no-op when nothing is open.
+    """
+    with _lock:
+        bars = list(_open)
+    for bar in reversed(bars):
+        try:
+            _close(bar)
+        except Exception:  # noqa: BLE001 - a broken stream: the message after this reports what went wrong
+            pass
 
 
 def as_progress(progress: bool | Progress | None) -> Progress:
