@@ -331,7 +331,8 @@ def generate(args) -> int:
     pipe = fam.pipeline_class(task).from_pretrained(
         folder, dtype=dtype, attention=args.attention, dp=args.dp, tp=args.tp, sp=args.sp,
         offload_chunk=args.offload_chunk, offload_overlap=not args.offload_serial, block_loop=args.block_loop,
-        text_encoder_residency=args.text_encoder_residency, progress=progress, compile_cache=False)
+        text_encoder_residency=args.text_encoder_residency, progress=progress, compile_cache=False,
+        **fam.load_settings(call))
     negative = call.pop("negative_prompt", None)
     result = pipe(args.prompt, negative, image=image, last_image=last, seed=args.seed, progress=progress, **call)
     fps = args.fps or (preset.fps if preset is not None and preset.fps else None) or result.fps
@@ -698,7 +699,8 @@ def demo(args) -> int:
         fam.check(folder, task, {**fam.defaults, **settings})
     progress = Progress(enabled=not (args.no_progress or args.quiet))
     t0 = time.perf_counter()
-    pipe = fam.pipeline_class(task).from_pretrained(folder, dtype=dtype, progress=progress, compile_cache=False)
+    pipe = fam.pipeline_class(task).from_pretrained(folder, dtype=dtype, progress=progress, compile_cache=False,
+                                                    **fam.load_settings(settings))
     result = pipe("A majestic red panda climbing a bamboo tree in the snow, 4k", image=image, last_image=last,
                   seed=args.seed, progress=progress, **settings)
     m = dict(result.metrics, total_s=time.perf_counter() - t0, family=fam.name, task=task, preset=None, seed=args.seed,

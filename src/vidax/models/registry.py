@@ -61,6 +61,8 @@ class Setting:
         boolean switch (``--flag`` / ``--no-flag``).
       choices: the values this family accepts (others are refused naming the family), or None.
       metavar: the value's name in ``--help``.
+      at_load: the setting chooses what is loaded (HunyuanVideo-1.5's transformer ``variant`` of an official-release
+        folder): it goes to the pipeline's ``from_pretrained``, not to its call.
     """
 
     name: str
@@ -69,6 +71,7 @@ class Setting:
     type: Callable[[str], Any] | None = str
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
+    at_load: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,10 @@ class Family:
     def setting(self, name: str) -> Setting | None:
         """The family's :class:`Setting` called ``name``, or None."""
         return next((s for s in self.settings if s.name == name), None)
+
+    def load_settings(self, call: dict[str, Any]) -> dict[str, Any]:
+        """Remove from ``call`` and return the settings that go to ``from_pretrained`` (:attr:`Setting.at_load`)."""
+        return {s.name: call.pop(s.name) for s in self.settings if s.at_load and s.name in call}
 
     def pipeline_class(self, task: str) -> type:
         """The pipeline class that runs ``task``.

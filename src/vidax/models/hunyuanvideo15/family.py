@@ -1,0 +1,148 @@
+"""The HunyuanVideo-1.5 family's record for the registry (:mod:`vidax.models.registry`): text-to-video and
+image-to-video at 480p and 720p (the release's transformer variants, CFG- and step-distilled ones included), from
+diffusers folders, the official release and vidax-converted folders.
+
+Only index and configuration files are read here; the pipelines, inspection and conversion are imported when used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vidax.core import arg_types
+from vidax.models.hunyuanvideo15.presets import BUCKET_BASE, PRESETS, VARIANTS, closest_size
+from vidax.models.registry import Demo, Family, Setting
+
+TEMPORAL, MULTIPLE = 4, 16  # the VAE compresses time 4x and space 16x (patch size 1)
+
+
+def _checkpoint(folder: Path, call: dict | None = None, task: str | None = None):
+    from vidax.models.hunyuanvideo15.layout import resolve_checkpoint
+
+    return resolve_checkpoint(folder, variant=(call or {}).get("variant"), task=task)
+
+
+def _tasks(folder: Path) -> tuple[str, ...]:
+    from vidax.models.hunyuanvideo15.layout import original_variants
+
+    variants = original_variants(folder)
+    if variants:  # an official release: the tasks of the variants present, text-to-video first
+        return tuple(t for t in ("t2v", "i2v") if any(VARIANTS[v].task == t for v in variants))
+    return (_checkpoint(folder).task,)
+
+
+def check_sizes(height: Any, width: Any, num_frames: Any) -> None:
+    """Sizes the model runs: ``num_frames = 4k + 1``, height and width positive multiples of 16 (height/width None:
+    taken from the image or the variant's resolution later).
+
+    Raises:
+      ValueError: every problem, with the nearest valid values.
+    """
+    from vidax.core.inputs import integer_problems, is_integer
+
+    given = {k: v for k, v in (("num_frames", num_frames), ("height", height), ("width", width)) if v is not None}
+    problems = integer_problems(**given)
+    if is_integer(num_frames) and (num_frames < 1 or (num_frames - 1) % TEMPORAL):
+        lo = max(1, (int(num_frames) - 1) // TEMPORAL * TEMPORAL + 1)
+        problems.append(f"num_frames={num_frames} must be of the form 4k+1 (the VAE compresses time 4x after the first "
+                        f"frame; 121 for the release): use {lo} or {lo + TEMPORAL}")
+    for name, v in (("height", height), ("width", width)):
+        if v is not None and is_integer(v) and (v < MULTIPLE or v % MULTIPLE):
+            lo = int(v) // MULTIPLE * MULTIPLE
+            problems.append(f"{name}={v} must be a positive multiple of {MULTIPLE} (the VAE's 16x compression): use "
+                            + (f"{lo} or {lo + MULTIPLE}" if lo >= MULTIPLE else f"{MULTIPLE}"))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _check(folder: Path, task: str, call: dict) -> None:
+    from vidax.models.hunyuanvideo15.layout import check_tokenizers
+
+    check_sizes(call.get("height"), call.get("width"), call["num_frames"])
+    check_tokenizers(_checkpoint(folder, call, task))
+
+
+def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> dict:
+    """The folder's own settings where neither the flags nor a preset set them: an official release's variant (its
+    guidance scale, shift and steps, :data:`~vidax.models.hunyuanvideo15.presets.VARIANTS`), a diffusers folder's
+    guider and scheduler configs; the size of the variant's resolution at 16:9 for text-to-video, the image's bucket
+    for image-to-video (as the release and diffusers choose them)."""
+    ckpt = _checkpoint(folder, call, task)
+    variant = VARIANTS.get(ckpt.variant or "")
+    if preset is None:
+        if "guidance_scale" not in given:
+            call["guidance_scale"] = float(ckpt.guider_config().get("guidance_scale", 6.0))
+        if "flow_shift" not in given:
+            call["flow_shift"] = None  # the scheduler config's (or the variant's) shift, read by the pipeline
+        if "num_inference_steps" not in given and variant is not None:
+            call["num_inference_steps"] = variant.num_inference_steps
+    if "height" not in given and "width" not in given:
+        if task == "i2v":
+            call["height"] = call["width"] = None  # the image's bucket, chosen by the pipeline
+        elif preset is None:
+            resolution = variant.resolution if variant is not None else "720p"
+            call["height"], call["width"] = closest_size(9, 16, BUCKET_BASE[resolution])
+    return call
+
+
+def _inspect(path: Path) -> list[str]:
+    from vidax.models.hunyuanvideo15.inspection import inspect_checkpoint
+
+    return inspect_checkpoint(path)
+
+
+def _convert(src: Path, dst: Path, **dtypes) -> dict:
+    from vidax.models.hunyuanvideo15.convert import convert_checkpoint
+
+    return convert_checkpoint(src, dst, **dtypes)
+
+
+def _claims(folder: Path) -> bool:
+    """An official-release ``ckpts`` folder (``transformer/<variant>/config.json`` beside ``vae/config.json``)."""
+    from vidax.models.hunyuanvideo15.layout import original_variants
+
+    return bool(original_variants(folder))
+
+
+def _write_demo(folder: Path, task: str) -> Path:
+    from vidax.models.hunyuanvideo15.demo import write_demo_checkpoint
+
+    return write_demo_checkpoint(folder, task=task)
+
+
+def _demo_settings(task: str) -> dict[str, Any]:
+    return dict(height=64, width=64, num_frames=9, num_inference_steps=4, guidance_scale=6.0, dtype="float32")
+
+
+FAMILY = Family(
+    name="hunyuanvideo-1.5",
+    display="HunyuanVideo-1.5",
+    diffusers_classes=("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"),
+    vidax_name="hunyuanvideo-1.5",
+    tasks={"t2v": "vidax.models.hunyuanvideo15.pipeline:HunyuanVideo15Pipeline",
+           "i2v": "vidax.models.hunyuanvideo15.pipeline:HunyuanVideo15ImageToVideoPipeline"},
+    # diffusers HunyuanVideo15Pipeline's defaults (121 frames, 50 steps) at the release's 24 fps; the size, guidance
+    # and shift come from the folder (see _resolve).
+    defaults=dict(height=720, width=1280, num_frames=121, num_inference_steps=50, guidance_scale=6.0,
+                  negative_prompt=None, fps=24, dtype="bfloat16"),
+    size_rule="height and width multiples of 16, 4k+1 frames",
+    example="hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v",
+    settings=(
+        Setting("flow_shift", "--flow-shift", "sigma shift of the flow schedule (default: the checkpoint scheduler's; "
+                "the release: 5 at 480p, 9 for 720p T2V, 7 for 720p I2V)", arg_types.positive_float, metavar="SHIFT"),
+        Setting("variant", "--variant", "HunyuanVideo-1.5 official release: the transformer/<variant> folder to run "
+                "(default: the task's 720p one)", str, choices=tuple(VARIANTS), metavar="VARIANT", at_load=True),
+    ),
+    presets=lambda: PRESETS,
+    demos=(Demo("hunyuanvideo-1.5", ("t2v", "i2v"), _write_demo, _demo_settings,
+                lambda task: f"hunyuanvideo-1.5-{task}-demo",
+                note="HunyuanVideo-1.5-style (dual-stream blocks; Qwen2.5-VL + byT5 glyph text encoders; I2V: SigLIP "
+                     "image tokens and the image's latent as the first frame's condition)"),),
+    folder_tasks=_tasks,
+    inspect=_inspect,
+    convert=_convert,
+    claims_folder=_claims,
+    check=_check,
+    resolve=_resolve,
+)
