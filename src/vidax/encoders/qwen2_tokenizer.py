@@ -17,6 +17,7 @@ message are read as special tokens, as there (transformers' ``sanitize_control_t
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,7 +194,7 @@ class Qwen2Tokenizer:
 
     def __call__(self, texts: str | Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
         """Tokenize a batch to exactly ``max_length`` tokens each (``padding="max_length"``, ``truncation=True``,
-        ``add_special_tokens=False``): cut on the right, padded on the right.
+        ``add_special_tokens=False``): cut on the right (with a warning), padded on the right.
 
         Returns:
           ``(input_ids, attention_mask)``, both int32 ``(B, max_length)``.
@@ -203,6 +204,11 @@ class Qwen2Tokenizer:
         """
         if isinstance(texts, str):
             texts = [texts]
+        ids, mask, cut = self._encode(texts, max_length)
+        _warn_truncated(cut, int(max_length))
+        return ids, mask
+
+    def _encode(self, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
         texts = list(texts)
         if not texts or not all(isinstance(t, str) for t in texts):
             raise ValueError("texts must be a string or a non-empty list of strings")
@@ -213,18 +219,18 @@ class Qwen2Tokenizer:
         tok.enable_padding(direction="right", pad_id=self.pad_id, pad_type_id=0, pad_token=self.pad_token,
                            length=int(max_length))
         encodings = tok.encode_batch(texts, add_special_tokens=False)
-        _warn_truncated([i for i, e in enumerate(encodings) if e.overflowing], int(max_length))
         ids = np.array([e.ids for e in encodings], np.int32).reshape(len(texts), max_length)
         mask = np.array([e.attention_mask for e in encodings], np.int32).reshape(len(texts), max_length)
-        return ids, mask
+        return ids, mask, [i for i, e in enumerate(encodings) if e.overflowing]
 
     def apply_chat_template(self, conversations: Sequence[Sequence[Mapping[str, Any]]], max_length: int, *,
-                            add_generation_prompt: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                            add_generation_prompt: bool = True, warn: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """transformers' ``apply_chat_template(conversations, add_generation_prompt=..., tokenize=True,
         padding="max_length", max_length=max_length, truncation=True)`` with Qwen2.5-VL's chat template.
 
         Args:
           conversations: a batch of conversations, each a list of ``{"role", "content"}`` text messages.
+          warn: warn when a conversation is cut (the reference cuts silently, the generation prompt with it).
 
         Returns:
           ``(input_ids, attention_mask)``, both int32 ``(B, max_length)``.
@@ -234,7 +240,13 @@ class Qwen2Tokenizer:
         """
         if not isinstance(conversations, Sequence) or not conversations:
             raise ValueError("conversations must be a non-empty list of conversations")
-        return self([render_chat(c, add_generation_prompt) for c in conversations], max_length)
+        ids, mask, cut = self._encode([render_chat(c, add_generation_prompt) for c in conversations], max_length)
+        if cut and warn:
+            which = "a conversation is" if len(cut) == 1 else f"{len(cut)} conversations are"
+            warnings.warn(f"{which} longer than {max_length} tokens with the chat frame: only the first {max_length} "
+                          "are used (the rest of the prompt and the frame's end are cut off, as the reference "
+                          "pipelines cut them)", UserWarning, stacklevel=2)
+        return ids, mask
 
 
 # --------------------------------------------------------------------------- tiny tokenizers (tests, demos)
