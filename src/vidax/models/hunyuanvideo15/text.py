@@ -189,7 +189,8 @@ def mllm_prompt_embeds(
         raise ValueError(f"crop_start must be a non-negative integer, got {crop_start!r}")
     crop = int(crop_start)
     n = encoder.config.num_hidden_layers
-    if not isinstance(num_hidden_layers_to_skip, (int, np.integer)) or not 0 <= num_hidden_layers_to_skip <= n:
+    if (not isinstance(num_hidden_layers_to_skip, (int, np.integer)) or isinstance(num_hidden_layers_to_skip, bool)
+            or not 0 <= num_hidden_layers_to_skip <= n):
         raise ValueError(f"num_hidden_layers_to_skip must be an integer in [0, {n}], got {num_hidden_layers_to_skip!r}")
     ids, mask = encoder.tokenizer.apply_chat_template(format_text_input(prompts, system_message), length + crop)
     hidden = qwen2_5_vl.encode(encoder.params, encoder.config, ids, mask,
