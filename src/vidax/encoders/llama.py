@@ -25,7 +25,8 @@ row matches the reference.
 
 Knobs for the later decoder-LLM families (Qwen2.5-VL, Gemma), not used by Llama: biases on q/k/v apart
 from the output projection (:attr:`LlamaConfig.qkv_bias`, :attr:`LlamaConfig.o_bias`), RMSNorm scales
-stored as an offset from one (:attr:`LlamaConfig.norm_offset`), the MLP activation.
+stored as an offset from one (:attr:`LlamaConfig.norm_offset`), the MLP activation, and Qwen2-VL's multimodal
+RoPE (:attr:`LlamaConfig.mrope_section`: ``(3, B, L)`` positions, one row per frequency section).
 
 Precision: float32 residual stream, RMSNorm statistics and RoPE rotation; matmul inputs are cast to the
 weight dtype (float32 or bfloat16) and accumulate in float32. :func:`encode` traces under
@@ -80,6 +81,9 @@ class LlamaConfig:
       o_bias: the output projection has a bias (Llama: ``attention_bias``; Qwen2: never).
       norm_offset: RMSNorm multiplies by ``norm_offset + weight`` (Llama 0; Gemma 1).
       pad_token_id: informational.
+      mrope_section: multimodal RoPE (Qwen2-VL, Qwen2.5-VL): the ``head_dim / 2`` frequencies split into
+        sections of these sizes, section ``i`` rotated by position row ``i % 3`` of ``(3, B, L)`` position ids
+        (temporal, height, width); None: one position row (Llama). Text alone (three equal rows) is plain RoPE.
     """
 
     vocab_size: int = 32000
@@ -103,6 +107,7 @@ class LlamaConfig:
     mlp_bias: bool = False
     norm_offset: float = 0.0
     pad_token_id: int | None = None
+    mrope_section: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.num_key_value_heads is None:
@@ -125,6 +130,13 @@ class LlamaConfig:
                              f"{', '.join(ROPE_TYPES)}); dynamic, yarn and longrope scalings are not implemented")
         if self.rope_type == "llama3" and self.rope_high_freq_factor == self.rope_low_freq_factor:
             raise ValueError("LlamaConfig: llama3 RoPE needs high_freq_factor != low_freq_factor")
+        if self.mrope_section is not None:
+            section = tuple(self.mrope_section)
+            object.__setattr__(self, "mrope_section", section)  # hashable (the config is a static jit argument)
+            if (not section or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in section)
+                    or sum(section) != self.head_dim // 2):
+                raise ValueError(f"LlamaConfig: mrope_section {list(section)} must be positive integers summing to "
+                                 f"head_dim / 2 = {self.head_dim // 2}")
 
     @property
     def num_key_value_groups(self) -> int:
@@ -315,8 +327,14 @@ def rope_inv_freq(cfg: LlamaConfig) -> np.ndarray:
 
 def rope_cos_sin(cfg: LlamaConfig, position_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
     """float32 ``(cos, sin)`` of shape ``(B, L, head_dim)`` for integer ``position_ids`` ``(B, L)``
-    (``LlamaRotaryEmbedding``: the half-size frequencies repeated, ``cat((freqs, freqs))``)."""
+    (``LlamaRotaryEmbedding``: the half-size frequencies repeated, ``cat((freqs, freqs))``), or ``(3, B, L)``
+    with :attr:`LlamaConfig.mrope_section` (transformers ``Qwen2_5_VLRotaryEmbedding``: frequency section ``i``
+    taken from position row ``i % 3``, then repeated as above)."""
     freqs = position_ids.astype(jnp.float32)[..., None] * jnp.asarray(rope_inv_freq(cfg))
+    if position_ids.ndim == 3:
+        bounds = np.cumsum((0, *cfg.mrope_section))
+        freqs = jnp.concatenate([freqs[i % 3, ..., a:b] for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))],
+                                axis=-1)
     emb = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(emb), jnp.sin(emb)
 
@@ -392,8 +410,9 @@ def _embed(params, input_ids, *, cfg: LlamaConfig):
     return jnp.take(params["embed_tokens"]["embedding"], input_ids, axis=0).astype(jnp.float32)
 
 
-@partial(jax.jit, static_argnames=("cfg", "num_layers", "final_norm", "attention_impl"))
-def _decode(params, x, lengths, position_ids, *, cfg: LlamaConfig, num_layers: int, final_norm: bool, attention_impl):
+@partial(jax.jit, static_argnames=("cfg", "num_layers", "final_norm", "attention_impl", "all_states"))
+def _decode(params, x, lengths, position_ids, *, cfg: LlamaConfig, num_layers: int, final_norm: bool, attention_impl,
+            all_states: bool = False):
     impl = AttentionImpl(attention_impl)
     cos, sin = rope_cos_sin(cfg, position_ids)
     bias = causal_bias(x.shape[1])
@@ -404,8 +423,18 @@ def _decode(params, x, lengths, position_ids, *, cfg: LlamaConfig, num_layers: i
         p = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), params["layers"])
         return decoder_layer(p, x, cos, sin, lengths, bias, cfg, impl)
 
+    def step(x, i):
+        y = body(i, x)
+        return y, y
+
+    x = x.astype(jnp.float32)
+    if all_states:  # every layer's output, stacked: transformers' hidden_states tuple
+        with jax.named_scope("layers"):
+            last, outs = jax.lax.scan(step, x, jnp.arange(num_layers))
+        last = rms_norm(last, params["norm"], cfg.rms_norm_eps, cfg.norm_offset)
+        return jnp.concatenate([x[None], outs[:-1], last[None]], axis=0)
     with jax.named_scope("layers"):
-        x = jax.lax.fori_loop(0, num_layers, body, x.astype(jnp.float32))
+        x = jax.lax.fori_loop(0, num_layers, body, x)
     if final_norm:
         x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_offset)
     return x
@@ -459,8 +488,10 @@ def encode(
     num_hidden_layers_to_skip: int = 0,
     attention_impl: AttentionImpl | str = AttentionImpl.XLA,
     precision: str | None = "highest",
+    all_hidden_states: bool = False,
 ) -> jax.Array:
-    """``LlamaModel(..., output_hidden_states=True).hidden_states[-(num_hidden_layers_to_skip + 1)]``.
+    """``LlamaModel(..., output_hidden_states=True).hidden_states[-(num_hidden_layers_to_skip + 1)]``, or with
+    ``all_hidden_states`` the whole ``hidden_states`` tuple stacked.
 
     Only the first ``num_hidden_layers - num_hidden_layers_to_skip`` layers run; the final norm is applied
     only when nothing is skipped (transformers puts the normed state last in ``hidden_states``).
@@ -473,23 +504,29 @@ def encode(
       attention_mask: ``(B, L)`` 1 for tokens, 0 for right padding; None: all tokens.
       inputs_embeds: ``(B, L, hidden_size)`` embeddings instead of ids (LLaVA's merged image tokens).
       position_ids: ``(B, L)`` integer RoPE positions; None: ``0 .. L-1`` in every row (``LlamaModel``'s default).
+        With :attr:`LlamaConfig.mrope_section` also ``(3, B, L)`` (multimodal RoPE; ``(B, L)`` means three equal rows).
       num_hidden_layers_to_skip: ``k`` in ``hidden_states[-(k + 1)]``, ``0 .. num_hidden_layers``.
       attention_impl: see :mod:`vidax.core.attention` (the causal mask is a score bias: ``cpu_flash`` and
         ``splash`` fall back to ``chunked``).
       precision: matmul precision traced under; None leaves the ambient setting.
+      all_hidden_states: return every hidden state (``num_hidden_layers_to_skip`` must be 0): the embeddings, each
+        layer's output, the last one normed.
 
     Returns:
-      float32 ``(B, L, hidden_size)``; padded rows as transformers computes them (not zero).
+      float32 ``(B, L, hidden_size)``; padded rows as transformers computes them (not zero). With
+      ``all_hidden_states``: float32 ``(num_hidden_layers + 1, B, L, hidden_size)``.
 
     Raises:
       ValueError: both or neither of ``input_ids`` / ``inputs_embeds``, a mask that is not right padding,
-        ids outside the vocabulary, or ``num_hidden_layers_to_skip`` out of range.
+        ids outside the vocabulary, position ids of the wrong shape, or ``num_hidden_layers_to_skip`` out of range.
     """
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("encode: give exactly one of input_ids and inputs_embeds")
     n = cfg.num_hidden_layers
     if not (isinstance(num_hidden_layers_to_skip, (int, np.integer)) and 0 <= num_hidden_layers_to_skip <= n):
         raise ValueError(f"num_hidden_layers_to_skip must be an integer in [0, {n}], got {num_hidden_layers_to_skip!r}")
+    if all_hidden_states and num_hidden_layers_to_skip:
+        raise ValueError("encode: all_hidden_states returns every hidden state; num_hidden_layers_to_skip must be 0")
     with _precision(precision):
         x = embed_tokens(params, cfg, input_ids) if inputs_embeds is None else jnp.asarray(inputs_embeds)
         if x.ndim != 3 or x.shape[-1] != cfg.hidden_size:
@@ -499,8 +536,9 @@ def encode(
         if position_ids is None:
             position_ids = np.broadcast_to(np.arange(s, dtype=np.int32), (b, s))
         position_ids = jnp.asarray(position_ids, jnp.int32)
-        if position_ids.shape != (b, s):
-            raise ValueError(f"position_ids must be ({b}, {s}); got {tuple(position_ids.shape)}")
+        if position_ids.shape != (b, s) and not (cfg.mrope_section and position_ids.shape == (3, b, s)):
+            shapes = f"({b}, {s})" + (f" or (3, {b}, {s})" if cfg.mrope_section else "")
+            raise ValueError(f"position_ids must be {shapes}; got {tuple(position_ids.shape)}")
         return _decode(params, x, jnp.asarray(lengths), position_ids, cfg=cfg,
                        num_layers=n - int(num_hidden_layers_to_skip), final_norm=num_hidden_layers_to_skip == 0,
-                       attention_impl=AttentionImpl(attention_impl).value)
+                       attention_impl=AttentionImpl(attention_impl).value, all_states=bool(all_hidden_states))
