@@ -442,7 +442,12 @@ def extract_glyph_texts(prompt: str) -> str | None:
 
     diffusers ``extract_glyph_texts``; the original's ``_extract_glyph_texts`` then
     ``MultilingualPromptFormat.format_prompt`` with no colour or font give the same string.
+
+    Raises:
+      ValueError: a prompt that is not a string.
     """
+    if not isinstance(prompt, str):
+        raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
     found = [a or b for a, b in _QUOTED.findall(prompt)]
     if len(found) > 1:
         found = list(dict.fromkeys(found))

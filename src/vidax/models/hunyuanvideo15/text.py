@@ -25,7 +25,6 @@ Glyph part: :func:`extract_glyph_texts` finds the quoted texts of a prompt; the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 from vidax.checkpoint.errors import CheckpointError
 from vidax.core.attention import AttentionImpl
 from vidax.encoders import qwen2_5_vl
+from vidax.encoders.byt5 import extract_glyph_texts  # noqa: F401 - re-exported: a prompt's glyph text
 from vidax.encoders.llama import LlamaConfig
 from vidax.encoders.qwen2_tokenizer import IM_START, Qwen2Tokenizer
 
@@ -200,24 +200,7 @@ def mllm_prompt_embeds(
 
 # --------------------------------------------------------------------------- glyphs
 
-#: diffusers' (and the original's) glyph pattern: text between straight double quotes or curly double quotes.
-_GLYPH_PATTERN = re.compile(r"\"(.*?)\"|\u201c(.*?)\u201d")
-
-
-def extract_glyph_texts(prompt: str) -> str | None:
-    """diffusers ``extract_glyph_texts``: the prompt's quoted texts as byT5's glyph prompt, or None.
-
-    Texts between ``"..."`` or ``\u201c...\u201d`` (not across lines), duplicates dropped (first kept), each written
-    ``Text "{text}". `` (the original's ``MultilingualPromptFormat.format_prompt`` without color or font gives the
-    same string). An empty pair of quotes counts as the text ``""``.
-
-    Raises:
-      ValueError: a prompt that is not a string.
-    """
-    if not isinstance(prompt, str):
-        raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
-    texts = list(dict.fromkeys(a or b for a, b in _GLYPH_PATTERN.findall(prompt)))
-    return "".join(f'Text "{t}". ' for t in texts) if texts else None
+# (extract_glyph_texts lives beside the byT5 encoder, vidax.encoders.byt5, and is re-exported here.)
 
 
 # --------------------------------------------------------------------------- both
