@@ -219,10 +219,11 @@ def _resample_problems(side: str, i: int, st: Stage) -> list[str]:
         need = f"{f} divides its output and its output divides {f} x its input" + (" an even number of times"
                                                                                    if st.temporal else "")
     else:
-        ok = (f * st.resample_out) % st.cout == 0 and st.cout % f == 0
-        ok = ok and (not st.temporal or ((f * st.resample_out) // st.cout) % 2 == 0)
-        need = f"{f} divides its input and its input divides {f} x its output" + (" an even number of times"
-                                                                                  if st.temporal else "")
+        # (in space only the input is repeated before it is unfolded, so only the repeat count must be whole)
+        ok = (f * st.resample_out) % st.cout == 0
+        ok = ok and (not st.temporal or (st.cout % f == 0 and ((f * st.resample_out) // st.cout) % 2 == 0))
+        need = (f"{f} divides its input, which divides {f} x its output an even number of times" if st.temporal
+                else f"its input divides {f} x its output")
     return [] if ok else [f"{what}: needs {need}"]
 
 
