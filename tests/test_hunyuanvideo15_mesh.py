@@ -123,8 +123,15 @@ def test_the_cpu_kernel_runs_per_shard_without_a_mesh_context():
     if resolve_implementation("auto", "cpu").value != "cpu_flash":  # `make test` installs (and builds) the package
         pytest.fail("the native CPU attention module is not built: reinstall vidax (make install-test)")
     mesh = _mesh(2, 2, 2)
-    out = forward(_placed(mesh), *_inputs(), cfg=CFG, mesh=mesh, attention_impl="cpu_flash")
-    assert _rel(out, _reference()) < 1e-5
+    params, inputs = _placed(mesh), _inputs()
+    compiled = forward.lower(params, *inputs, cfg=CFG, mesh=mesh, attention_impl="cpu_flash").compile()
+    assert _rel(compiled(params, *inputs), _reference()) < 1e-5
+    # The refiner's kernel call (6 Qwen tokens, 4 heads of 16) sees one sample per data shard. Without the explicit
+    # shard_map, GSPMD all-gathers the batch and runs the whole call on every device (on CPU that still computes; a
+    # Pallas or cuDNN call there is the paper's partitioning failure).
+    refiner = [line for line in compiled.as_text().splitlines()
+               if "vidax_attention_f32" in line and re.search(r"= f32\[\d+,6,4,16\]", line)]
+    assert refiner and all("= f32[1,6,4,16]" in line and "all-gather" not in line for line in refiner), refiner
 
 
 def _stacks(chunk, mesh=None, memory_kind="auto"):
