@@ -463,9 +463,9 @@ def test_config_defaults_are_the_released_model():
     n = sum(math.prod(s.shape) for _, s in flatten(transformer_specs(cfg)))
     assert 8.2e9 < n < 8.4e9  # "8.3B"
     release = {**_original_config(cfg), "in_channels": 32, "ideal_task": "t2v", "ideal_resolution": "720p"}
-    assert HunyuanVideo15TransformerConfig.from_original(release) == HunyuanVideo15TransformerConfig(
+    assert HunyuanVideo15TransformerConfig.from_original_dict(release) == HunyuanVideo15TransformerConfig(
         target_size=960, task_type="t2v")
-    step = HunyuanVideo15TransformerConfig.from_original({**release, "use_meanflow": True})
+    step = HunyuanVideo15TransformerConfig.from_original_dict({**release, "use_meanflow": True})
     assert step.use_meanflow and "timestep_embedder_r" in transformer_specs(step)["time_embed"]
 
 
@@ -480,7 +480,7 @@ def test_config_defaults_are_the_released_model():
     ({"task_type": "v2v"}, "task_type='v2v'"),
     ({"rope_axes_dim": [16, 56, 48]}, "sums to 120, not attention_head_dim=128"),
     ({"_class_name": "HunyuanVideoTransformer3DModel"}, "is for 'HunyuanVideoTransformer3DModel'"),
-    ({"_class_name": "HunyuanVideo_1_5_DiffusionTransformer"}, "read it with .*from_original"),
+    ({"_class_name": "HunyuanVideo_1_5_DiffusionTransformer"}, "read it with .*from_original_dict"),
 ])
 def test_config_errors_name_the_field(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -498,7 +498,8 @@ def test_config_errors_name_the_field(bad, message):
 ])
 def test_original_config_errors_name_the_key(bad, message):
     with pytest.raises(ValueError, match=message):
-        HunyuanVideo15TransformerConfig.from_original({**_original_config(HunyuanVideo15TransformerConfig()), **bad})
+        release = _original_config(HunyuanVideo15TransformerConfig())
+        HunyuanVideo15TransformerConfig.from_original_dict({**release, **bad})
 
 
 def test_input_errors_are_named():

@@ -22,7 +22,7 @@ variant (diffusers' script)  target_size  task_type  use_meanflow  notes
 
 ``target_size`` (the pixel bucket base) and ``task_type`` are pipeline metadata; the transformer does not read them.
 The original release's ``config.json`` (``HunyuanVideo_1_5_DiffusionTransformer``, keys ``hidden_size``,
-``heads_num``, ``mm_double_blocks_depth``, ...) is read by :meth:`HunyuanVideo15TransformerConfig.from_original`.
+``heads_num``, ``mm_double_blocks_depth``, ...) is read by :meth:`HunyuanVideo15TransformerConfig.from_original_dict`.
 """
 
 from __future__ import annotations
@@ -145,20 +145,20 @@ class HunyuanVideo15TransformerConfig:
 
         Raises:
           ValueError: ``_class_name`` is not ``HunyuanVideo15Transformer3DModel`` (the original release's class is
-            named, with :meth:`from_original` as the fix); a value of the wrong type or a size below 1 (named,
+            named, with :meth:`from_original_dict` as the fix); a value of the wrong type or a size below 1 (named,
             :func:`vidax.core.config_values.config_values`); an unsupported setting (named).
         """
         name = config.get("_class_name")
         if name == ORIGINAL_CLASS:
             raise ValueError(f"transformer config.json is the original release's {ORIGINAL_CLASS!r}: read it with "
-                             "HunyuanVideo15TransformerConfig.from_original")
+                             "HunyuanVideo15TransformerConfig.from_original_dict")
         if name not in (None, DIFFUSERS_CLASS):
             raise ValueError(f"transformer config.json is for {name!r}, not {DIFFUSERS_CLASS!r}")
         values = config_values(cls, config, f"{cls.__name__} (config.json)")
         return cls(**values)
 
     @classmethod
-    def from_original(cls, config: dict[str, Any]) -> HunyuanVideo15TransformerConfig:
+    def from_original_dict(cls, config: dict[str, Any]) -> HunyuanVideo15TransformerConfig:
         """Build from the original release's ``transformer/<variant>/config.json``
         (``HunyuanVideo_1_5_DiffusionTransformer`` of Tencent-Hunyuan/HunyuanVideo-1.5,
         ``hyvideo/models/transformers/hunyuanvideo_1_5_transformer.py``).

@@ -213,7 +213,7 @@ def transformer_checkpoint(reader, cfg: HunyuanVideo15TransformerConfig, layout:
 
 def original_transformer_config(folder: str | os.PathLike) -> HunyuanVideo15TransformerConfig:
     """The configuration of an original-release variant folder (``transformer/<variant>/config.json``, the
-    ``HunyuanVideo_1_5_DiffusionTransformer`` keys; :meth:`HunyuanVideo15TransformerConfig.from_original`).
+    ``HunyuanVideo_1_5_DiffusionTransformer`` keys; :meth:`HunyuanVideo15TransformerConfig.from_original_dict`).
 
     Raises:
       CheckpointError: no readable ``config.json`` (named; :func:`vidax.core.config_values.read_json`).
@@ -226,4 +226,4 @@ def original_transformer_config(folder: str | os.PathLike) -> HunyuanVideo15Tran
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; an original HunyuanVideo-1.5 transformer folder "
                               "(transformer/<variant>/) holds its config.json beside the weights")
-    return HunyuanVideo15TransformerConfig.from_original(read_json(path))
+    return HunyuanVideo15TransformerConfig.from_original_dict(read_json(path))
