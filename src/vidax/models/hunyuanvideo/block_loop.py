@@ -25,16 +25,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from vidax.core.attention import AttentionImpl
-from vidax.core.offload import ChunkPlan, OffloadedStack, block_plans, device_sharding, stream_stacks
+from vidax.core import mmdit
+from vidax.core.offload import ChunkPlan, OffloadedStack, block_plans, stream_stacks
 from vidax.core.placement import replicated
 from vidax.core.sharding import ShardingRules
 from vidax.models.hunyuanvideo.config import HunyuanVideoTransformerConfig
 from vidax.models.hunyuanvideo.sharding import HUNYUAN_VIDEO_RULES
-from vidax.models.hunyuanvideo.transformer import (STACKS, BlockInputs, block_io_specs, forward_epilogue,
-                                                   forward_prologue, num_tokens, run_blocks, transformer_specs)
+from vidax.models.hunyuanvideo.transformer import (STACKS, BlockInputs, forward_epilogue, forward_prologue,
+                                                   num_tokens, run_blocks, transformer_specs)
 
 #: Block stack kinds in running order.
 KINDS = ("double", "single")
@@ -64,23 +65,16 @@ def plans_for(cfg: HunyuanVideoTransformerConfig, offload_chunk: int | None,
 
 def io_shardings(mesh: Mesh | None, rules: ShardingRules = HUNYUAN_VIDEO_RULES,
                  token_replace: bool = False) -> tuple[Any, BlockInputs]:
-    """``(stream sharding, BlockInputs of shardings)`` of the block programs' inputs: :func:`block_io_specs` on a
-    mesh, else the first local device (committed, so every block call hits one compilation). The ``token_replace``
-    fields are None unless ``token_replace``."""
-    if mesh is None:
-        one = device_sharding(None)
-        return one, BlockInputs(one, one if token_replace else None, one if token_replace else None, one, one, one)
-    io = {k: NamedSharding(mesh, v) for k, v in block_io_specs(rules).items()}
-    return io["stream"], BlockInputs(io["temb"], io["temb"] if token_replace else None,
-                                     io["first_frame"] if token_replace else None, io["rope"], io["rope"],
-                                     io["kv_lengths"])
+    """``(stream sharding, BlockInputs of shardings)`` of the block programs' inputs
+    (:func:`vidax.core.mmdit.io_shardings`)."""
+    return mmdit.io_shardings(mesh, rules, token_replace)
 
 
 @lru_cache(maxsize=64)
 def chunk_function(cfg: HunyuanVideoTransformerConfig, kind: str, attention_impl: AttentionImpl | str,
                    mesh: Mesh | None, rules: ShardingRules = HUNYUAN_VIDEO_RULES, video_tokens: int = 0):
     """The one compiled block program of a stack kind: ``fn(chunk, x, c, inputs) -> (x, c)`` (``x``, ``c`` donated,
-    same sharding).
+    same sharding; :func:`vidax.core.mmdit.stack_program`).
 
     The traced function is named ``_hunyuan_double_chunk`` / ``_hunyuan_single_chunk`` (what compile-event listeners
     see).
@@ -91,14 +85,8 @@ def chunk_function(cfg: HunyuanVideoTransformerConfig, kind: str, attention_impl
         return run_blocks(blocks, x, c, inputs, kind=kind, cfg=cfg, video_tokens=video_tokens, attention_impl=impl,
                           mesh=mesh, rules=rules)
 
-    chunk.__name__ = chunk.__qualname__ = f"_hunyuan_{kind}_chunk"
-    token_replace = cfg.image_condition_type == "token_replace"
-    stream, inputs = io_shardings(mesh, rules, token_replace)
-    if mesh is None:
-        return jax.jit(chunk, donate_argnums=(1, 2), out_shardings=(stream, stream))
-    blocks = rules.param_shardings(transformer_specs(cfg), mesh)[STACKS[kind]]
-    return jax.jit(chunk, donate_argnums=(1, 2), out_shardings=(stream, stream),
-                   in_shardings=(blocks, stream, stream, inputs))
+    return mmdit.stack_program(chunk, f"_hunyuan_{kind}_chunk", transformer_specs(cfg)[STACKS[kind]], mesh, rules,
+                               cfg.image_condition_type == "token_replace")
 
 
 def _prologue(params, x, timestep, context, mask, pooled, guidance, *, cfg, attention_impl, guided, mesh, rules):

@@ -57,27 +57,25 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from vidax.core.attention import AttentionImpl, attention, is_kernel
+from vidax.core import mmdit
+from vidax.core.attention import AttentionImpl
 from vidax.core.embeddings import patch_embed
-from vidax.core.layers import gelu_tanh, layer_norm, linear, rms_norm
-from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
+from vidax.core.layers import gelu_tanh, layer_norm, linear
+from vidax.core.mmdit import (NORM_EPS, TIME_PROJ_DIM, VIDEO, BlockInputs, double_block, joint_attention, mlp2,
+                              modulations, timestep_mlp)
+# Moved to vidax.core.mmdit (shared with HunyuanVideo-1.5); still importable from here.
+from vidax.core.mmdit import time_proj, time_proj_frequencies  # noqa: F401
+from vidax.core.parallel import ShardContext, pad_axis, padded_length
 from vidax.core.params import ParamSpec, SpecTree, linear_spec
-from vidax.core.rope import apply_rope_interleaved
 from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.hunyuanvideo.config import HunyuanVideoTransformerConfig
 from vidax.models.hunyuanvideo.sharding import HUNYUAN_VIDEO_RULES, check_parallel
-
-#: Epsilon of every LayerNorm (blocks, refiner, head) and of the RMS q/k norms (diffusers ``eps=1e-6``).
-NORM_EPS = 1e-6
-#: Width of the sinusoidal timestep / guidance projection (``Timesteps(num_channels=256)``).
-TIME_PROJ_DIM = 256
 
 #: The two block stacks: ``kind`` of :func:`run_blocks` -> parameter subtree.
 STACKS = {"double": "transformer_blocks", "single": "single_transformer_blocks"}
@@ -85,22 +83,6 @@ STACKS = {"double": "transformer_blocks", "single": "single_transformer_blocks"}
 # --------------------------------------------------------------------------------------------
 # Parameters
 # --------------------------------------------------------------------------------------------
-
-
-def _layer_norm_spec(dim: int, layers: int | None = None) -> dict:
-    lead, lead_axes = ((layers,), ("layers",)) if layers else ((), ())
-    return {"scale": ParamSpec((*lead, dim), fp32=True, axes=(*lead_axes, "embed")),
-            "bias": ParamSpec((*lead, dim), fp32=True, axes=(*lead_axes, "embed"))}
-
-
-def _rms_spec(head_dim: int, layers: int) -> dict:
-    return {"scale": ParamSpec((layers, head_dim), fp32=True, axes=("layers", None))}
-
-
-def _embedder_spec(n_in: int, dim: int) -> dict:
-    """``TimestepEmbedding`` / ``PixArtAlphaTextProjection``: two linears, float32."""
-    return {"linear_1": linear_spec(n_in, dim, (None, "embed"), fp32=True),
-            "linear_2": linear_spec(dim, dim, ("embed", "embed"), fp32=True)}
 
 
 def transformer_specs(cfg: HunyuanVideoTransformerConfig) -> SpecTree:
@@ -122,47 +104,22 @@ def transformer_specs(cfg: HunyuanVideoTransformerConfig) -> SpecTree:
     def row(layers: int, n_in: int = d, axis: str = "heads", bias: bool = True) -> dict:  # row-parallel
         return linear_spec(n_in, d, (axis, "embed"), layers=layers, bias=bias)
 
-    def adaln(layers: int, n: int) -> dict:
-        return {"linear": linear_spec(d, n * d, ("embed", "adaln"), layers=layers, fp32=True)}
-
-    refiner_block = {
-        "norm1": _layer_norm_spec(d, R),
-        "attn": {n: linear_spec(d, d, ("embed", None), layers=R) for n in ("to_q", "to_k", "to_v")}
-        | {"to_out": linear_spec(d, d, (None, "embed"), layers=R)},
-        "norm2": _layer_norm_spec(d, R),
-        "ff": {"up": linear_spec(d, cfg.refiner_mlp_dim, ("embed", None), layers=R),
-               "down": linear_spec(cfg.refiner_mlp_dim, d, (None, "embed"), layers=R)},
-        "norm_out": {"linear": linear_spec(d, 2 * d, ("embed", None), layers=R, fp32=True)},
-    }
-    time_text = {"timestep_embedder": _embedder_spec(TIME_PROJ_DIM, d),
-                 "text_embedder": _embedder_spec(cfg.pooled_projection_dim, d)}
+    time_text = {"timestep_embedder": mmdit.embedder_spec(TIME_PROJ_DIM, d),
+                 "text_embedder": mmdit.embedder_spec(cfg.pooled_projection_dim, d)}
     if cfg.guidance_embeds:
-        time_text["guidance_embedder"] = _embedder_spec(TIME_PROJ_DIM, d)
-    attn_single = {n: col(S) for n in ("to_q", "to_k", "to_v")} | {"norm_q": _rms_spec(hd, S),
-                                                                     "norm_k": _rms_spec(hd, S)}
+        time_text["guidance_embedder"] = mmdit.embedder_spec(TIME_PROJ_DIM, d)
+    attn_single = {n: col(S) for n in ("to_q", "to_k", "to_v")} | {"norm_q": mmdit.rms_spec(hd, S),
+                                                                     "norm_k": mmdit.rms_spec(hd, S)}
     return {
         "x_embedder": {"proj": {
             "kernel": ParamSpec((pt, p, p, cfg.in_channels, d), fp32=True, axes=(None, None, None, None, "embed")),
             "bias": ParamSpec((d,), fp32=True, axes=("embed",)),
         }},
-        "context_embedder": {
-            "time_text_embed": {"timestep_embedder": _embedder_spec(TIME_PROJ_DIM, d),
-                                "text_embedder": _embedder_spec(cfg.text_embed_dim, d)},
-            "proj_in": linear_spec(cfg.text_embed_dim, d, (None, "embed")),
-            "token_refiner": {"refiner_blocks": refiner_block},
-        },
+        "context_embedder": mmdit.token_refiner_specs(cfg.text_embed_dim, d, cfg.refiner_mlp_dim, R),
         "time_text_embed": time_text,
-        "transformer_blocks": {
-            "norm1": adaln(L, 6),
-            "norm1_context": adaln(L, 6),
-            "attn": {n: col(L) for n in ("to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj")}
-            | {n: _rms_spec(hd, L) for n in ("norm_q", "norm_k", "norm_added_q", "norm_added_k")}
-            | {"to_out": row(L), "to_add_out": row(L)},
-            "ff": {"up": col(L, cfg.mlp_dim, "mlp"), "down": row(L, cfg.mlp_dim, "mlp")},
-            "ff_context": {"up": col(L, cfg.mlp_dim, "mlp"), "down": row(L, cfg.mlp_dim, "mlp")},
-        },
+        "transformer_blocks": mmdit.double_block_specs(d, hd, cfg.mlp_dim, L),
         "single_transformer_blocks": {
-            "norm": adaln(S, 3),
+            "norm": mmdit.adaln_spec(d, S, 3),
             "attn": attn_single,
             "proj_mlp": col(S, cfg.mlp_dim, "mlp"),
             # diffusers' proj_out over [attention (dim); MLP (mlp_dim)], read as two row-parallel kernels + one bias.
@@ -170,9 +127,7 @@ def transformer_specs(cfg: HunyuanVideoTransformerConfig) -> SpecTree:
                          "mlp": {"kernel": row(S, cfg.mlp_dim, "mlp")["kernel"]},
                          "bias": ParamSpec((S, d), axes=("layers", "embed"))},
         },
-        "norm_out": {"scale_linear": linear_spec(d, d, ("embed", "embed"), fp32=True),
-                     "shift_linear": linear_spec(d, d, ("embed", "embed"), fp32=True)},
-        "proj_out": linear_spec(d, pt * p * p * cfg.out_channels, ("embed", None)),
+        **mmdit.output_head_specs(d, pt * p * p * cfg.out_channels),
     }
 
 
@@ -203,67 +158,14 @@ def num_tokens(cfg: HunyuanVideoTransformerConfig, latent_shape: tuple[int, ...]
 
 
 def rope_tables(cfg: HunyuanVideoTransformerConfig, grid: tuple[int, int, int]) -> tuple[jax.Array, jax.Array]:
-    """3D RoPE ``cos, sin`` of the video tokens (diffusers ``HunyuanVideoRotaryPosEmbed``), float32.
-
-    Each head's features split into ``rope_axes_dim`` groups rotated by the frame, row and column index
-    (integer positions); group widths ``(16, 56, 56)`` in the release. Frequencies
-    ``theta ** (-2j / width)`` and angles in float32, as the reference computes them (``get_1d_rotary_pos_embed``
-    with its default float32 frequencies); built in the program from the static grid (no host table).
-
-    Returns:
-      ``cos, sin``: float32 ``(T' * H' * W', head_dim / 2)``, tokens in ``(t, h, w)`` raster order, one angle per
-      adjacent feature pair (the reference's ``repeat_interleave(2)`` table halved).
-    """
-    parts = []
-    for axis, (n, width) in enumerate(zip(grid, cfg.rope_axes_dim)):
-        freqs = (1.0 / (np.float32(cfg.rope_theta) ** (np.arange(0, width, 2, dtype=np.float32)[: width // 2]
-                                                        / np.float32(width)))).astype(np.float32)
-        angles = jnp.arange(n, dtype=jnp.float32)[:, None] * jnp.asarray(freqs)[None, :]  # (n, width / 2)
-        shape = [1, 1, 1, width // 2]
-        shape[axis] = n
-        parts.append(jnp.broadcast_to(angles.reshape(shape), (*grid, width // 2)))
-    angles = jnp.concatenate(parts, axis=-1).reshape(math.prod(grid), -1)
-    return jnp.cos(angles), jnp.sin(angles)
+    """3D RoPE ``cos, sin`` of the video tokens (diffusers ``HunyuanVideoRotaryPosEmbed``), float32
+    ``(T' * H' * W', head_dim / 2)``: :func:`vidax.core.mmdit.rope_tables` of ``cfg.rope_axes_dim``, ``rope_theta``."""
+    return mmdit.rope_tables(grid, cfg.rope_axes_dim, cfg.rope_theta)
 
 
 # --------------------------------------------------------------------------------------------
 # Embeddings outside the blocks
 # --------------------------------------------------------------------------------------------
-
-
-def _mlp2(p: dict, x: jax.Array) -> jax.Array:
-    """Linear, SiLU, linear (``TimestepEmbedding``, ``PixArtAlphaTextProjection(act_fn="silu")``), float32."""
-    return linear(p["linear_2"], jax.nn.silu(linear(p["linear_1"], x, jnp.float32)), jnp.float32)
-
-
-def time_proj_frequencies() -> np.ndarray:
-    """The 128 frequencies of :func:`time_proj`: the reference's float32 values, built in its operation order
-    (``float32(-ln 10000) * arange(128) / 128`` in float32, then ``exp``, here in float64 rounded once).
-
-    PyTorch's float32 ``exp`` (its SIMD kernel) is an ulp away from the correctly rounded value in a few entries (3
-    of 128 on this project's CPU) and no float32 table is canonical; frequencies rounded from float64 exponents
-    (:func:`vidax.core.embeddings.timestep_embedding`) are an ulp away in 87. The guidance-distilled models embed
-    ``guidance_scale * 1000`` (6000), where an ulp of a frequency is 4e-4 rad, so the exponents follow the
-    reference.
-
-    Returns:
-      float32 ``(128,)``.
-    """
-    half = TIME_PROJ_DIM // 2
-    exponent = np.float32(-math.log(10000.0)) * np.arange(half, dtype=np.float32) / np.float32(half)
-    return np.exp(exponent.astype(np.float64)).astype(np.float32)
-
-
-def time_proj(t: jax.Array) -> jax.Array:
-    """``Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0)``: float32 ``(N, 256)``, ``[cos, sin]`` of
-    ``t * frequency`` (the product in float32, as the reference), frequencies :func:`time_proj_frequencies`."""
-    args = t.astype(jnp.float32)[:, None] * jnp.asarray(time_proj_frequencies())[None, :]
-    return jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
-
-
-def _timestep_mlp(p: dict, t: jax.Array) -> jax.Array:
-    """:func:`time_proj` then ``TimestepEmbedding`` (linear, SiLU, linear), float32."""
-    return _mlp2(p, time_proj(t))
 
 
 def guidance_input(guidance_scale: float, batch: int, dtype) -> np.ndarray:
@@ -294,43 +196,20 @@ def condition_embedding(params: dict, timestep: jax.Array, pooled_projections: j
       ``token_replace`` models, else None.
     """
     p = params["time_text_embed"]
-    pooled = _mlp2(p["text_embedder"], pooled_projections.astype(jnp.float32))
-    temb = _timestep_mlp(p["timestep_embedder"], timestep) + pooled
+    pooled = mlp2(p["text_embedder"], pooled_projections.astype(jnp.float32))
+    temb = timestep_mlp(p["timestep_embedder"], timestep) + pooled
     if cfg.guidance_embeds:
-        temb = temb + _timestep_mlp(p["guidance_embedder"], guidance)
+        temb = temb + timestep_mlp(p["guidance_embedder"], guidance)
     token_replace = None
     if cfg.image_condition_type == "token_replace":
-        token_replace = _timestep_mlp(p["timestep_embedder"], jnp.zeros_like(timestep)) + pooled
+        token_replace = timestep_mlp(p["timestep_embedder"], jnp.zeros_like(timestep)) + pooled
     return temb, token_replace
-
-
-def _refiner_block(p: dict, h: jax.Array, temb_act: jax.Array, lengths: jax.Array,
-                   cfg: HunyuanVideoTransformerConfig, impl: AttentionImpl) -> jax.Array:
-    """``HunyuanVideoIndividualTokenRefinerBlock`` on float32 ``h (B, L, dim)``."""
-    b, n, _ = h.shape
-    dtype = p["attn"]["to_q"]["kernel"].dtype
-    gate_msa, gate_mlp = jnp.split(linear(p["norm_out"]["linear"], temb_act, jnp.float32)[:, None, :], 2, axis=-1)
-    x = layer_norm(h, p["norm1"], NORM_EPS).astype(dtype)
-    q, k, v = (linear(p["attn"][name], x).reshape(b, n, -1, cfg.attention_head_dim)
-               for name in ("to_q", "to_k", "to_v"))
-    o = attention(q, k, v, implementation=impl, kv_lengths=lengths)
-    # The reference's mask is (query valid AND key valid), with key 0 always on: a padded query row attends key 0
-    # alone, so its output is v_0 exactly.
-    padded = jnp.arange(n)[None, :] >= lengths[:, None]
-    o = jnp.where(padded[:, :, None, None], v[:, :1], o)
-    h = h + linear(p["attn"]["to_out"], o.reshape(b, n, -1), jnp.float32) * gate_msa
-    x = layer_norm(h, p["norm2"], NORM_EPS).astype(dtype)
-    return h + linear(p["ff"]["down"], jax.nn.silu(linear(p["ff"]["up"], x)), jnp.float32) * gate_mlp
 
 
 def refine_text(params: dict, encoder_hidden_states: jax.Array, encoder_attention_mask: jax.Array,
                 timestep: jax.Array, cfg: HunyuanVideoTransformerConfig,
                 attention_impl: AttentionImpl | str = AttentionImpl.XLA) -> jax.Array:
-    """``context_embedder`` (``HunyuanVideoTokenRefiner``): the text states refined by their own small transformer.
-
-    Conditioning: the timestep embedding plus the text states mean-pooled over the mask (float32) projected by
-    ``PixArtAlphaTextProjection``; each block gates its attention and MLP (``HunyuanVideoAdaNorm``). Self-attention
-    sees the valid text tokens (a right-padded mask, as the reference's key mask assumes).
+    """``context_embedder`` (``HunyuanVideoTokenRefiner``): :func:`vidax.core.mmdit.refine_text`.
 
     Args:
       encoder_hidden_states: ``(B, L, text_embed_dim)``; encoder_attention_mask: ``(B, L)``, nonzero on valid
@@ -339,20 +218,8 @@ def refine_text(params: dict, encoder_hidden_states: jax.Array, encoder_attentio
     Returns:
       float32 ``(B, L, dim)``.
     """
-    p = params["context_embedder"]
-    mask = encoder_attention_mask != 0
-    m = mask.astype(jnp.float32)[..., None]
-    pooled = jnp.sum(encoder_hidden_states.astype(jnp.float32) * m, axis=1) / jnp.sum(m, axis=1)
-    tt = p["time_text_embed"]
-    temb = _timestep_mlp(tt["timestep_embedder"], timestep) + _mlp2(tt["text_embedder"], pooled)
-    h = linear(p["proj_in"], encoder_hidden_states, jnp.float32)
-    lengths = jnp.sum(mask, axis=1, dtype=jnp.int32)
-    impl, temb_act = AttentionImpl(attention_impl), jax.nn.silu(temb)
-
-    def body(h, blk):
-        return _refiner_block(blk, h, temb_act, lengths, cfg, impl), None
-
-    return jax.lax.scan(body, h, p["token_refiner"]["refiner_blocks"])[0]
+    return mmdit.refine_text(params["context_embedder"], encoder_hidden_states, encoder_attention_mask, timestep,
+                             cfg.attention_head_dim, attention_impl)
 
 
 def embed_video(params: dict, latents: jax.Array, cfg: HunyuanVideoTransformerConfig) -> jax.Array:
@@ -363,152 +230,6 @@ def embed_video(params: dict, latents: jax.Array, cfg: HunyuanVideoTransformerCo
 # --------------------------------------------------------------------------------------------
 # Blocks (written once for one device and for one shard_map shard)
 # --------------------------------------------------------------------------------------------
-
-
-class BlockInputs(NamedTuple):
-    """What every block reads besides its streams (a pytree; :func:`forward_prologue` builds it).
-
-    Attributes:
-      temb: float32 ``(B, dim)`` conditioning.
-      token_replace_emb: float32 ``(B, dim)`` timestep-0 conditioning (``token_replace`` models), else None.
-      first_frame: bool ``(S_pad,)``, True on the first latent frame's video tokens (``token_replace``), else None.
-      cos, sin: float32 ``(S_pad, head_dim / 2)`` RoPE tables of the video tokens (padding rows: any value).
-      kv_lengths: int32 ``(B,)``: valid keys of the joint sequence ``[video; text]``, ``S + text length``.
-    """
-
-    temb: jax.Array
-    token_replace_emb: jax.Array | None
-    first_frame: jax.Array | None
-    cos: jax.Array
-    sin: jax.Array
-    kv_lengths: jax.Array
-
-
-def _modulation(p: dict, acts: jax.Array, n: int, par: ShardContext) -> list[jax.Array]:
-    """An AdaLN projection's ``n`` vectors, float32 ``(rows, dim)`` each, in the reference's chunk order.
-
-    On a mesh each tensor shard holds ``n dim / tp`` output features (with their bias slice): it writes its
-    slice into a zero row and the rows are summed over ``tensor`` (an exact all-gather, invariant over
-    ``tensor`` for ``shard_map``'s type check).
-    """
-    mod = linear(p["linear"], acts, jnp.float32)
-    if par.tensor is not None:
-        width = mod.shape[-1]
-        full = jnp.zeros((mod.shape[0], width * jax.lax.axis_size(par.tensor)), mod.dtype)
-        mod = par.psum_tensor(jax.lax.dynamic_update_slice_in_dim(full, mod, jax.lax.axis_index(par.tensor) * width, 1))
-    return jnp.split(mod, n, axis=-1)
-
-
-def _modulations(p: dict, temb_act: jax.Array, replace_act: jax.Array | None, inputs: BlockInputs, n: int,
-                 par: ShardContext) -> tuple[list[jax.Array], list[jax.Array]]:
-    """An AdaLN projection's ``n`` vectors for the video rows and per sample.
-
-    Returns:
-      ``(video, sample)``: lists of ``n`` float32 arrays; ``sample`` ``(B, 1, dim)`` (the timestep-t vectors);
-      ``video`` the same, or per token ``(B, S_local, dim)`` for ``token_replace`` (the timestep-0 vectors on the
-      first latent frame's tokens, ``HunyuanVideoTokenReplaceAdaLayerNormZero``).
-    """
-    if replace_act is None:
-        sample = [v[:, None] for v in _modulation(p, temb_act, n, par)]
-        return sample, sample
-    b = temb_act.shape[0]
-    both = _modulation(p, jnp.concatenate([temb_act, replace_act]), n, par)  # one gather for both
-    sel = inputs.first_frame[None, :, None]
-    return [jnp.where(sel, v[b:, None], v[:b, None]) for v in both], [v[:b, None] for v in both]
-
-
-def _qk(p: dict, name: str, norm: str, x: jax.Array, head_dim: int, rope) -> jax.Array:
-    """Projection, per-head RMS norm (float32), RoPE if given; float32 ``(B, S, heads, head_dim)``."""
-    b, s, _ = x.shape
-    y = rms_norm(linear(p[name], x, jnp.float32).reshape(b, s, -1, head_dim), p[norm], NORM_EPS)
-    return y if rope is None else apply_rope_interleaved(y, *rope)
-
-
-def _keys_in_order(k: jax.Array, video_rows: int, text_rows: int, video_tokens: int) -> jax.Array:
-    """Joint keys as they arrive from the shards, ``[video_0; text_0; video_1; text_1; ...]`` (``video_rows`` and
-    ``text_rows`` per shard), reordered to ``[video[:video_tokens]; text]``: the valid keys first and the text
-    padding last, so that one key length per sample masks all padding. One shard: ``[video; text]`` unchanged."""
-    b, n, h, d = k.shape
-    shards = n // (video_rows + text_rows)
-    blocks = k.reshape(b, shards, video_rows + text_rows, h, d)
-    video = blocks[:, :, :video_rows].reshape(b, shards * video_rows, h, d)[:, :video_tokens]
-    text = blocks[:, :, video_rows:].reshape(b, shards * text_rows, h, d)
-    return jnp.concatenate([video, text], axis=1)
-
-
-def _joint_attention(p: dict, names: tuple[dict, dict], nx: jax.Array, nc: jax.Array, inputs: BlockInputs,
-                     cfg: HunyuanVideoTransformerConfig, impl: AttentionImpl, par: ShardContext,
-                     video_tokens: int) -> tuple[jax.Array, jax.Array]:
-    """``HunyuanVideoAttnProcessor2_0`` on this shard's video rows ``nx (B, Sx, dim)`` and text rows
-    ``nc (B, Lc, dim)``.
-
-    ``names``: the video and text streams' ``{"q", "k", "v", "norm_q", "norm_k"}`` parameter names (the same in the
-    single-stream blocks). Column-parallel q/k/v (this shard's heads), RMS q/k norms, RoPE on video queries and
-    keys, then attention over the whole joint sequence with text padding masked (module docstring).
-
-    Returns:
-      the attention outputs of this shard's video and text rows, ``(B, Sx, dim/tp)`` and ``(B, Lc, dim/tp)``, in the
-      weight dtype (the input of the row-parallel output projections).
-    """
-    hd, dtype = cfg.attention_head_dim, p[names[0]["q"]]["kernel"].dtype
-    rope = (inputs.cos, inputs.sin)
-    streams = []
-    for x, n, r in ((nx, names[0], rope), (nc, names[1], None)):
-        q = _qk(p, n["q"], n["norm_q"], x, hd, r).astype(dtype)
-        k = _qk(p, n["k"], n["norm_k"], x, hd, r).astype(dtype)
-        v = linear(p[n["v"]], x).reshape(*x.shape[:2], -1, hd)
-        streams.append((q, k, v))
-    sx, lc = nx.shape[1], nc.shape[1]
-    q, k, v = (jnp.concatenate([a, b], axis=1) for a, b in zip(*streams))
-    # Ulysses: (B, Sx + Lc, H/tp, hd) -> (B, sp (Sx + Lc), H/(tp sp), hd) and back (or keys/values all-gathered).
-    q, k, v = par.to_attention(q, k, v)
-    k, v = _keys_in_order(k, sx, lc, video_tokens), _keys_in_order(v, sx, lc, video_tokens)
-    o = par.from_attention(attention(q, k, v, implementation=impl, kv_lengths=inputs.kv_lengths))
-    o = o.reshape(*o.shape[:2], -1)
-    return o[:, :sx], o[:, sx:]
-
-
-def _ff(p: dict, x: jax.Array, par: ShardContext) -> jax.Array:
-    """``FeedForward(activation_fn="gelu-approximate")``: column-parallel up, row-parallel down (bias once)."""
-    return par.row_linear(p["down"], gelu_tanh(linear(p["up"], x)), jnp.float32)
-
-
-_VIDEO = {"q": "to_q", "k": "to_k", "v": "to_v", "norm_q": "norm_q", "norm_k": "norm_k"}
-_TEXT = {"q": "add_q_proj", "k": "add_k_proj", "v": "add_v_proj", "norm_q": "norm_added_q", "norm_k": "norm_added_k"}
-
-
-def double_block(p: dict, x: jax.Array, c: jax.Array, inputs: BlockInputs, cfg: HunyuanVideoTransformerConfig,
-                 impl: AttentionImpl, par: ShardContext = ShardContext(), video_tokens: int | None = None):
-    """One dual-stream block (``HunyuanVideoTransformerBlock`` / ``HunyuanVideoTokenReplaceTransformerBlock``).
-
-    Args:
-      p: one block's parameters (no ``layers`` axis); on a mesh, this shard's slices.
-      x: float32 video rows ``(B, Sx, dim)``; c: float32 text rows ``(B, Lc, dim)`` (this shard's).
-      inputs: :class:`BlockInputs` (this shard's rows of the per-token ones).
-      video_tokens: ``S``, the video tokens before padding (default: all rows of ``x``, one device).
-
-    Returns:
-      float32 ``(x, c)``, same shapes.
-    """
-    video_tokens = x.shape[1] if video_tokens is None else video_tokens
-    dtype = p["attn"]["to_q"]["kernel"].dtype
-    temb_act = jax.nn.silu(inputs.temb)
-    replace_act = None if inputs.token_replace_emb is None else jax.nn.silu(inputs.token_replace_emb)
-    shift, scale, gate, shift2, scale2, gate2 = _modulations(p["norm1"], temb_act, replace_act, inputs, 6, par)[0]
-    c_shift, c_scale, c_gate, c_shift2, c_scale2, c_gate2 = (
-        v[:, None] for v in _modulation(p["norm1_context"], temb_act, 6, par))
-    with jax.named_scope("attention"):
-        nx = (layer_norm(x, None, NORM_EPS) * (1.0 + scale) + shift).astype(dtype)
-        nc = (layer_norm(c, None, NORM_EPS) * (1.0 + c_scale) + c_shift).astype(dtype)
-        ax, ac = _joint_attention(p["attn"], (_VIDEO, _TEXT), nx, nc, inputs, cfg, impl, par, video_tokens)
-        x = x + par.row_linear(p["attn"]["to_out"], ax, jnp.float32) * gate
-        c = c + par.row_linear(p["attn"]["to_add_out"], ac, jnp.float32) * c_gate
-    with jax.named_scope("ff"):
-        nx = (layer_norm(x, None, NORM_EPS) * (1.0 + scale2) + shift2).astype(dtype)
-        nc = (layer_norm(c, None, NORM_EPS) * (1.0 + c_scale2) + c_shift2).astype(dtype)
-        x = x + gate2 * _ff(p["ff"], nx, par)
-        c = c + c_gate2 * _ff(p["ff_context"], nc, par)
-    return x, c
 
 
 def single_block(p: dict, x: jax.Array, c: jax.Array, inputs: BlockInputs, cfg: HunyuanVideoTransformerConfig,
@@ -526,11 +247,11 @@ def single_block(p: dict, x: jax.Array, c: jax.Array, inputs: BlockInputs, cfg: 
     dtype = p["attn"]["to_q"]["kernel"].dtype
     temb_act = jax.nn.silu(inputs.temb)
     replace_act = None if inputs.token_replace_emb is None else jax.nn.silu(inputs.token_replace_emb)
-    (shift, scale, gate), (c_shift, c_scale, c_gate) = _modulations(p["norm"], temb_act, replace_act, inputs, 3, par)
+    (shift, scale, gate), (c_shift, c_scale, c_gate) = modulations(p["norm"], temb_act, replace_act, inputs, 3, par)
     nx = (layer_norm(x, None, NORM_EPS) * (1.0 + scale) + shift).astype(dtype)
     nc = (layer_norm(c, None, NORM_EPS) * (1.0 + c_scale) + c_shift).astype(dtype)
     with jax.named_scope("attention"):
-        ax, ac = _joint_attention(p["attn"], (_VIDEO, _VIDEO), nx, nc, inputs, cfg, impl, par, video_tokens)
+        ax, ac = joint_attention(p["attn"], (VIDEO, VIDEO), nx, nc, inputs, cfg, impl, par, video_tokens)
     po = p["proj_out"]
 
     def out(a: jax.Array, n: jax.Array) -> jax.Array:
@@ -575,31 +296,10 @@ def run_blocks(blocks: dict, x: jax.Array, c: jax.Array, inputs: BlockInputs, *,
     Returns:
       float32 ``(x, c)``, same shapes; on a mesh sharded ``P(data, sequence, None)``.
     """
-    impl = AttentionImpl(attention_impl)
-    fn_block = _BLOCKS[kind]
-
-    def scan(blocks, x, c, inputs, par):
-        def body(carry, p):
-            return fn_block(p, *carry, inputs, cfg, impl, par, video_tokens), None
-
-        return jax.lax.scan(body, (x, c), blocks)[0]
-
-    if mesh is None:
-        return scan(blocks, x, c, inputs, ShardContext())
-    check_parallel(cfg, mesh, rules)
-    tp = axis_size(mesh, rules.mesh_axes("heads"))
-    sp = axis_size(mesh, rules.mesh_axes("tokens"))
-    ulysses = sequence_mode(cfg.num_attention_heads // tp, sp) == "ulysses"
-    par = ShardContext(tensor=rules.mesh_axes("heads"), sequence=rules.mesh_axes("tokens"), ulysses=ulysses)
-    io = block_io_specs(rules)
-    spec_inputs = BlockInputs(io["temb"], None if inputs.token_replace_emb is None else io["temb"],
-                              None if inputs.first_frame is None else io["first_frame"], io["rope"], io["rope"],
-                              io["kv_lengths"])
-    in_specs = (rules.param_specs(transformer_specs(cfg))[STACKS[kind]], io["stream"], io["stream"], spec_inputs)
-    # Kernel calls (Pallas, cuDNN, FFI) carry no varying-manual-axes types; the einsum paths keep the check.
-    fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=(io["stream"], io["stream"]),
-                       check_vma=not is_kernel(impl))
-    return fn(blocks, x, c, inputs)
+    if mesh is not None:
+        check_parallel(cfg, mesh, rules)
+    return mmdit.run_stack(_BLOCKS[kind], blocks, x, c, inputs, block_specs=transformer_specs(cfg)[STACKS[kind]],
+                           cfg=cfg, video_tokens=video_tokens, attention_impl=attention_impl, mesh=mesh, rules=rules)
 
 
 def block_io_specs(rules: ShardingRules = HUNYUAN_VIDEO_RULES) -> dict:
@@ -609,9 +309,7 @@ def block_io_specs(rules: ShardingRules = HUNYUAN_VIDEO_RULES) -> dict:
       ``{"stream": P(data, sequence, None)`` (x and c), ``"temb": P(data, None)``, ``"first_frame": P(sequence)``,
       ``"rope": P(sequence, None)`` (cos and sin), ``"kv_lengths": P(data)}`` under :data:`HUNYUAN_VIDEO_RULES`.
     """
-    return {"stream": rules.spec(("batch", "tokens", "embed")), "temb": rules.spec(("batch", None)),
-            "first_frame": rules.spec(("tokens",)), "rope": rules.spec(("tokens", None)),
-            "kv_lengths": rules.spec(("batch",))}
+    return mmdit.block_io_specs(rules)
 
 
 def output_head(params: dict, x: jax.Array, temb: jax.Array, grid: tuple[int, int, int],
@@ -624,17 +322,8 @@ def output_head(params: dict, x: jax.Array, temb: jax.Array, grid: tuple[int, in
     Returns:
       float32 ``(B, out_channels, T, H, W)``.
     """
-    with jax.named_scope("head"):
-        act = jax.nn.silu(temb)
-        scale = linear(params["norm_out"]["scale_linear"], act, jnp.float32)[:, None]
-        shift = linear(params["norm_out"]["shift_linear"], act, jnp.float32)[:, None]
-        x = linear(params["proj_out"], layer_norm(x, None, NORM_EPS) * (1.0 + scale) + shift, jnp.float32)
-    # Features in (C, p_t, p, p) order, as the reference reshapes them.
-    b = x.shape[0]
-    t, h, w = grid
-    pt, p, c = cfg.patch_size_t, cfg.patch_size, cfg.out_channels
-    x = x.reshape(b, t, h, w, c, pt, p, p).transpose(0, 4, 1, 5, 2, 6, 3, 7)
-    return x.reshape(b, c, t * pt, h * p, w * p)
+    return mmdit.output_head(params, x, temb, grid, (cfg.patch_size_t, cfg.patch_size, cfg.patch_size),
+                             cfg.out_channels)
 
 
 def check_inputs(cfg: HunyuanVideoTransformerConfig, latent_shape, timestep_shape, text_shape, mask_shape,
