@@ -42,6 +42,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "vidax.models.cogvideox.family",
     "vidax.models.ltx.family",
     "vidax.models.hunyuanvideo.family",
+    "vidax.models.hunyuanvideo15.family",
 )
 
 #: The generation settings every family's pipeline call takes (``pipe(prompt, negative_prompt, **these)``).

@@ -435,10 +435,12 @@ class HunyuanVideo15Pipeline:
             with progress.stage("image encoder"):
                 image_embeds = self.image_encoder.encode(images)
                 jax.block_until_ready(image_embeds)
+            metrics["image_encoder_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
             with progress.stage("VAE encode"):
                 cond = self.condition_latents(images, shape)
                 jax.block_until_ready(cond)
-            metrics["image_encode_s"] = time.perf_counter() - t0
+            metrics["vae_encode_s"] = time.perf_counter() - t0
         metrics.update(parallel_metrics(self.mesh, self.rules, tcfg.num_attention_heads, self.attention))
         aux_device = first_device(self.vae_params)
         rules = self.rules
