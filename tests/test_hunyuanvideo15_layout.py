@@ -126,7 +126,7 @@ def _diffusers_folder(root, cls=layout.T2V_CLASS, guider=6.0):
         (root / part).mkdir(parents=True, exist_ok=True)
     _touch(root / "scheduler" / "scheduler_config.json", json.dumps({"shift": 5.0}))
     if guider is not None:
-        _touch(root / "guider" / "config.json", json.dumps({"guidance_scale": guider}))
+        _touch(root / "guider" / "guider_config.json", json.dumps({"guidance_scale": guider}))
     return root
 
 

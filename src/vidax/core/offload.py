@@ -458,3 +458,30 @@ def stream_stacks(stages: Sequence[tuple[OffloadedStack, Callable[[dict, Any], A
 __all__ = ["HOST_MEMORY_KINDS", "ChunkPlan", "OffloadedStack", "block_placement", "block_plan", "block_plans",
            "device_sharding", "host_memory_kind", "split_blocks", "split_stacks", "stream", "stream_stacks",
            "with_memory_kind"]
+
+
+def stacks_loop_name(stacks: Mapping[str, OffloadedStack] | None) -> str:
+    """``"scan"`` (no chunks), ``"host"`` (one-block chunks in device memory) or ``"offload"`` (host memory)."""
+    if not stacks:
+        return "scan"
+    return "host" if all(s.in_device_memory for s in stacks.values()) else "offload"
+
+
+def stack_metrics(stacks: Mapping[str, OffloadedStack] | None, overlap: bool) -> dict:
+    """A pipeline's block-loop metrics: ``{"block_loop": ...}`` (:func:`stacks_loop_name`), and with offloading
+    ``"offload"``: the Wan pipeline's keys over every stack (``chunks`` and ``padded_layers`` summed,
+    ``chunk_bytes_per_device`` the largest chunk's), plus ``"stacks"``: ``{stack: {"chunks", "padded_layers",
+    "chunk_bytes_per_device"}}``."""
+    out: dict[str, Any] = {"block_loop": stacks_loop_name(stacks)}
+    if out["block_loop"] != "offload":
+        return out
+    per = {name: {"chunks": s.num_chunks, "padded_layers": s.plan.padded_layers,
+                  "chunk_bytes_per_device": s.chunk_bytes_per_device()} for name, s in stacks.items()}
+    first = next(iter(stacks.values()))
+    leaf = jax.tree.leaves(first.chunks[0])[0]
+    out["offload"] = {"chunk": first.plan.chunk, "chunks": sum(p["chunks"] for p in per.values()),
+                      "padded_layers": sum(p["padded_layers"] for p in per.values()), "overlap": overlap,
+                      "chunk_bytes_per_device": max(p["chunk_bytes_per_device"] for p in per.values()),
+                      "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy",
+                      "stacks": per}
+    return out

@@ -29,7 +29,8 @@ from jax.sharding import Mesh
 
 from vidax.core.attention import AttentionImpl
 from vidax.core import mmdit
-from vidax.core.offload import ChunkPlan, OffloadedStack, block_plans, stream_stacks
+from vidax.core.offload import (ChunkPlan, OffloadedStack, block_plans, stack_metrics, stacks_loop_name,
+                                stream_stacks)
 from vidax.core.placement import replicated
 from vidax.core.sharding import ShardingRules
 from vidax.models.hunyuanvideo.config import HunyuanVideoTransformerConfig
@@ -189,28 +190,12 @@ def compile_step(params: dict, stacks: dict[str, OffloadedStack], x, timestep, c
 
 def loop_name(stacks: dict[str, OffloadedStack] | None) -> str:
     """``"scan"`` (no chunks), ``"host"`` (one-block chunks in device memory) or ``"offload"`` (host memory)."""
-    if not stacks:
-        return "scan"
-    return "host" if all(s.in_device_memory for s in stacks.values()) else "offload"
+    return stacks_loop_name(stacks)
 
 
 def block_metrics(stacks: dict[str, OffloadedStack] | None, overlap: bool) -> dict:
-    """``{"block_loop": ...}``, and with offloading ``"offload"``: the Wan pipeline's keys over both stacks
-    (``chunks`` and ``padded_layers`` summed, ``chunk_bytes_per_device`` the largest chunk's), plus ``"stacks"``:
-    ``{stack: {"chunks", "padded_layers", "chunk_bytes_per_device"}}``."""
-    out: dict[str, Any] = {"block_loop": loop_name(stacks)}
-    if out["block_loop"] != "offload":
-        return out
-    per = {name: {"chunks": s.num_chunks, "padded_layers": s.plan.padded_layers,
-                  "chunk_bytes_per_device": s.chunk_bytes_per_device()} for name, s in stacks.items()}
-    first = next(iter(stacks.values()))
-    leaf = jax.tree.leaves(first.chunks[0])[0]
-    out["offload"] = {"chunk": first.plan.chunk, "chunks": sum(p["chunks"] for p in per.values()),
-                      "padded_layers": sum(p["padded_layers"] for p in per.values()), "overlap": overlap,
-                      "chunk_bytes_per_device": max(p["chunk_bytes_per_device"] for p in per.values()),
-                      "host_memory_kind": leaf.sharding.memory_kind if isinstance(leaf, jax.Array) else "numpy",
-                      "stacks": per}
-    return out
+    """The block-loop metrics over both stacks (:func:`vidax.core.offload.stack_metrics`)."""
+    return stack_metrics(stacks, overlap)
 
 
 def stacked_tree(params: dict, stacks: dict[str, OffloadedStack] | None) -> dict:

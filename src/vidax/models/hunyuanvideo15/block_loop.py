@@ -32,7 +32,7 @@ from jax.sharding import Mesh
 
 from vidax.core import mmdit
 from vidax.core.attention import AttentionImpl
-from vidax.core.offload import ChunkPlan, OffloadedStack, block_plans, stream
+from vidax.core.offload import ChunkPlan, OffloadedStack, block_plans, stack_metrics, stacks_loop_name, stream
 from vidax.core.placement import replicated
 from vidax.core.sharding import ShardingRules
 from vidax.models.hunyuanvideo15.config import HunyuanVideo15TransformerConfig
@@ -177,9 +177,12 @@ def compile_step(params: dict, stacks: dict[str, OffloadedStack] | None, args: t
 
 def loop_name(stacks: dict[str, OffloadedStack] | None) -> str:
     """``"scan"`` (no chunks), ``"host"`` (one-block chunks in device memory) or ``"offload"`` (host memory)."""
-    if not stacks:
-        return "scan"
-    return "host" if all(s.in_device_memory for s in stacks.values()) else "offload"
+    return stacks_loop_name(stacks)
+
+
+def block_metrics(stacks: dict[str, OffloadedStack] | None, overlap: bool) -> dict:
+    """The block-loop metrics of a pipeline call (:func:`vidax.core.offload.stack_metrics`)."""
+    return stack_metrics(stacks, overlap)
 
 
 def stacked_tree(params: dict, stacks: dict[str, OffloadedStack] | None) -> dict:
@@ -188,4 +191,5 @@ def stacked_tree(params: dict, stacks: dict[str, OffloadedStack] | None) -> dict
     return {**params, **{name: s.stacked() for name, s in (stacks or {}).items()}}
 
 
-__all__ = ["TransformerInputs", "chunk_function", "compile_step", "loop_name", "plans_for", "stacked_tree"]
+__all__ = ["TransformerInputs", "block_metrics", "chunk_function", "compile_step", "loop_name", "plans_for",
+           "stacked_tree"]

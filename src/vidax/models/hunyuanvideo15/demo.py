@@ -96,6 +96,7 @@ def write_text_encoders(folder: Path, rng: np.random.Generator) -> None:
             "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "silu", "rms_norm_eps": 1e-6,
             "max_position_embeddings": 2048, "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]},
             "rope_theta": 1000000.0, "use_sliding_window": False, "attention_dropout": 0.0, "torch_dtype": "float32",
+            "bos_token_id": tok.token_to_id("<|endoftext|>"), "eos_token_id": tok.token_to_id("<|im_end|>"),
             "transformers_version": TRANSFORMERS_VERSION}
     cfg = config_from_dict(qwen)
     save_component(folder / "text_encoder", "model.safetensors",
@@ -184,7 +185,7 @@ def write_demo_checkpoint(folder: str | Path, *, task: str = "t2v", seed: int = 
     write_transformer(folder, transformer_config(task, **(transformer_overrides or {})), rng)
     write_vae(folder, vae_config(), rng)
     for part, name, config in (("scheduler", "scheduler_config.json", scheduler_config(flow_shift)),
-                               ("guider", "config.json", guider_config(guidance_scale))):
+                               ("guider", "guider_config.json", guider_config(guidance_scale))):
         (folder / part).mkdir()
         write_json(folder / part / name, config)
     index = {"_class_name": "HunyuanVideo15ImageToVideoPipeline" if i2v else "HunyuanVideo15Pipeline",

@@ -76,7 +76,7 @@ class HunyuanVideo15Checkpoint:
       glyph_weights: official release only: Glyph-SDXL-v2's ``byt5_model.pt`` (applied over byt5-small); else None.
       glyph_assets: official release only: the colour and font token lists of Glyph-SDXL-v2; else None.
       scheduler: ``scheduler_config.json``, or None (the variant's shift is used).
-      guider: ``guider/config.json``, or None (the variant's guidance scale is used).
+      guider: ``guider/guider_config.json``, or None (the variant's guidance scale is used).
       image_encoder, feature_extractor: I2V: the SigLIP vision model's folder and its image processor's; else None.
     """
 
@@ -109,7 +109,7 @@ class HunyuanVideo15Checkpoint:
         return read_json(self.scheduler)
 
     def guider_config(self) -> dict:
-        """``guider/config.json`` as a dict; without one, the variant's guidance scale."""
+        """``guider/guider_config.json`` as a dict; without one, the variant's guidance scale."""
         if self.guider is None:
             scale = VARIANTS[self.variant or DEFAULT_VARIANT[self.task]].guidance_scale
             return {"_class_name": "ClassifierFreeGuidance", "guidance_scale": scale}
@@ -130,7 +130,7 @@ def _diffusers(folder: Path, name: str, layout: str = DIFFUSERS) -> HunyuanVideo
     if task == "i2v":
         parts += ["image_encoder/config.json", "feature_extractor"]
     _need([folder / p for p in parts], folder, f"the diffusers {name} folder")
-    guider = folder / "guider" / "config.json"
+    guider = folder / "guider" / "guider_config.json"
     return HunyuanVideo15Checkpoint(
         folder, layout, task, None, folder / "transformer", folder / "vae", folder / "text_encoder",
         folder / "tokenizer", folder / "text_encoder_2", folder / "tokenizer_2", None, None,

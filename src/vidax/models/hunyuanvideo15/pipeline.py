@@ -79,7 +79,8 @@ def check_inputs(height: Any, width: Any, num_frames: Any, output_type: str = "u
 
 
 class Guider:
-    """diffusers' ``ClassifierFreeGuidance`` (``guiders/classifier_free_guidance.py``) from a ``guider/config.json``.
+    """diffusers' ``ClassifierFreeGuidance`` (``guiders/classifier_free_guidance.py``) from a
+    ``guider/guider_config.json``.
 
     Attributes:
       guidance_scale: ``s``; guidance is off when ``s == 1`` (``s == 0`` with the original formulation).
@@ -268,7 +269,8 @@ class HunyuanVideo15Pipeline:
         return scheduler_from_config(dict(self.scheduler_config), **overrides)
 
     def make_guider(self, guidance_scale: float | None = None) -> Guider:
-        """The checkpoint's guider (``guider/config.json``, or the variant's scale), its scale replaced if given."""
+        """The checkpoint's guider (``guider/guider_config.json``, or the variant's scale), its scale replaced if
+        given."""
         return Guider(self.guider_config, guidance_scale)
 
     def decode_latents(self, latents: jax.Array, tiling=DEFAULT_TILING, on_tile=None) -> np.ndarray:
@@ -453,19 +455,19 @@ class HunyuanVideo15Pipeline:
             r = state.timesteps[i + 1] if i + 1 < n else 0.0
             return to_mesh(jnp.full((b,), r, jnp.float32), self.mesh, rules)
 
-        cond_m, image_m = to_mesh((cond, image_embeds), self.mesh, rules)
+        x, cond_m, image_m = to_mesh((x, cond, image_embeds), self.mesh, rules)  # replicated, as the prediction
         with mesh_context(self.mesh):
             t0 = time.perf_counter()
             programs = {}
             with progress.stage("compiling"), recording() as ran:
                 for guided in sorted(set(guided_steps), reverse=True):
                     texts = to_mesh(full if guided else cond_only, self.mesh, rules, split_batch=True)
-                    args = (to_mesh(x, self.mesh, rules), to_mesh(jnp.zeros((b,), jnp.float32), self.mesh, rules),
+                    args = (x, to_mesh(jnp.zeros((b,), jnp.float32), self.mesh, rules),
                             *texts, cond_m, image_m, timestep_r(0))
                     programs[guided] = (self.compile_step(args, guider if guided else None), texts)
             self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics["compile_s"] = time.perf_counter() - t0
-            metrics["block_loop"] = self.block_loop
+            metrics.update(hv_block_loop.block_metrics(self.stacks, self.offload_overlap))
 
             step_times = []
             with progress.stage("denoising", total=n, unit="step") as stage:
@@ -473,9 +475,9 @@ class HunyuanVideo15Pipeline:
                     ts = time.perf_counter()
                     compiled, texts = programs[guided_steps[i]]
                     tb = to_mesh(jnp.full((b,), state.timesteps[i], jnp.float32), self.mesh, rules)
-                    args = (to_mesh(x, self.mesh, rules), tb, *texts, cond_m, image_m, timestep_r(i))
+                    args = (x, tb, *texts, cond_m, image_m, timestep_r(i))
                     pred = compiled(self.transformer_params, args)
-                    x, state = scheduler.step(state, jax.device_put(pred, first_device(x)), x, i)
+                    x, state = scheduler.step(state, pred, x, i)
                     jax.block_until_ready(x)
                     step_times.append(time.perf_counter() - ts)
                     stage.update()
