@@ -147,8 +147,8 @@ def test_missing_checkpoint_part_is_named(ckpt, tmp_path, capsys):
 
 
 def test_runs_without_torch(tmp_path):
-    """The package imports, writes demo checkpoints (Wan, HunyuanVideo I2V) and generates in a process where `import
-    torch` fails."""
+    """The package imports, writes demo checkpoints (Wan, HunyuanVideo I2V, HunyuanVideo-1.5 I2V) and generates in a
+    process where `import torch` fails."""
     script = f"""
 import sys
 for name in ("torch", "diffusers", "transformers"):
@@ -173,6 +173,13 @@ Image.new("RGB", (40, 30), (200, 90, 10)).save({str(tmp_path / 'img.png')!r})
 code = main(["generate", "--checkpoint", {str(tmp_path / 'hv')!r}, "--prompt", "a dog", "--image",
              {str(tmp_path / 'img.png')!r}, "--height", "32", "--width", "32", "--num-frames", "5", "--steps", "1",
              "--dtype", "float32", "--no-progress", "--out", {str(tmp_path / 'hv.mp4')!r}])
+assert code == 0
+# HunyuanVideo-1.5 image-to-video: Qwen2.5-VL, byT5 and SigLIP written and read without torch
+from vidax.models.hunyuanvideo15.demo import write_demo_checkpoint as write_hunyuanvideo15
+write_hunyuanvideo15({str(tmp_path / 'hv15')!r}, task="i2v")
+code = main(["generate", "--checkpoint", {str(tmp_path / 'hv15')!r}, "--prompt", 'a sign that says "OPEN"',
+             "--image", {str(tmp_path / 'img.png')!r}, "--num-frames", "5", "--steps", "1", "--dtype", "float32",
+             "--no-progress", "--out", {str(tmp_path / 'hv15.mp4')!r}])
 assert not any(m == "torch" or m.startswith("torch.") for m, v in sys.modules.items() if v is not None)
 sys.exit(code)
 """

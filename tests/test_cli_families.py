@@ -33,7 +33,7 @@ SAMPLE = {
     "--auto-split": None, "--memory-gb": "4", "--reserve-gb": "1", "--distributed": None,
     "--coordinator-address": "localhost:1234", "--num-processes": "1", "--process-id": "0", "--out": "OUT",
     "--metrics-json": "METRICS", "--mkdir": None, "--no-progress": None, "--quiet": None, "--compile-cache": "CACHE",
-    "--no-compile-cache": None, "--true-cfg-scale": "2",
+    "--no-compile-cache": None, "--true-cfg-scale": "2", "--variant": "480p_t2v",
 }
 #: Flags every test call passes anyway, or that are arguments rather than options.
 BASE = {"--checkpoint", "--prompt", "-h", "--help"}
@@ -175,6 +175,10 @@ def no_loading(monkeypatch):
     ("ltx-video", ["--preset", "wan2.1-t2v-1.3b-480p"], "is not an LTX-Video preset \\(it is a Wan preset\\)"),
     ("cogvideox", ["--image", "IMG", "--last-image", "IMG"], "runs t2v, not flf2v"),
     ("wan", ["--last-image", "IMG"], "--last-image needs --image"),
+    ("hunyuanvideo-1.5", ["--num-frames", "8"], "num_frames=8 must be of the form 4k\\+1"),
+    ("hunyuanvideo-1.5", ["--height", "40", "--width", "64"], "height=40 must be a positive multiple of 16"),
+    ("hunyuanvideo-1.5", ["--image", "IMG"], "runs t2v, not i2v"),
+    ("hunyuanvideo-1.5", ["--preset", "hunyuanvideo-1.5-480p-i2v"], "is an image-to-video setting: pass --image"),
 ])
 def test_weightless_checks_run_before_loading(family_folders, tmp_path, capsys, no_loading, fam_name, flags, message):
     folder, task = family_folders[fam_name]

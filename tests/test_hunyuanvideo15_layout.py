@@ -146,3 +146,25 @@ def test_diffusers_layout(tmp_path):
         layout.resolve_checkpoint(other)
     with pytest.raises(CheckpointError, match="not a HunyuanVideo-1.5 folder"):
         layout.resolve_checkpoint(tmp_path)
+
+
+def test_cli_names_the_variants_of_an_official_release_before_loading(tmp_path, capsys, monkeypatch):
+    """`vidax generate --variant` on an official-release folder that lacks it: one `vidax: error:` line naming the
+    variants present and the download, before any weight is read."""
+    from vidax.cli import main
+    from vidax.models import registry
+
+    def refuse(self, task):
+        raise AssertionError("a pipeline was loaded before the checks")
+
+    monkeypatch.setattr(registry.Family, "pipeline_class", refuse)
+    root = _official(tmp_path / "ckpts")
+    args = ["generate", "--checkpoint", str(root), "--prompt", "a cat", "--out", str(tmp_path / "x.mp4")]
+    assert main([*args, "--variant", "720p_t2v"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vidax: error: ") and "720p_t2v transformer is not in this folder " \
+        "(found: 480p_t2v, 720p_i2v)" in err[0] and "--include 'transformer/720p_t2v/*'" in err[0], err
+    assert main([*args, "--variant", "720p_i2v"]) == 2  # an image-to-video variant without --image
+    assert "runs i2v, not t2v" in capsys.readouterr().err
+    assert registry.family_of(root).name == "hunyuanvideo-1.5"
+    assert registry.family_of(root).folder_tasks(root) == ("t2v", "i2v")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vidax.core import arg_types
-from vidax.models.hunyuanvideo15.presets import BUCKET_BASE, PRESETS, VARIANTS, closest_size
+from vidax.models.hunyuanvideo15.presets import PRESETS, VARIANTS
 from vidax.models.registry import Demo, Family, Setting
 
 TEMPORAL, MULTIPLE = 4, 16  # the VAE compresses time 4x and space 16x (patch size 1)
@@ -66,8 +66,8 @@ def _check(folder: Path, task: str, call: dict) -> None:
 def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> dict:
     """The folder's own settings where neither the flags nor a preset set them: an official release's variant (its
     guidance scale, shift and steps, :data:`~vidax.models.hunyuanvideo15.presets.VARIANTS`), a diffusers folder's
-    guider and scheduler configs; the size of the variant's resolution at 16:9 for text-to-video, the image's bucket
-    for image-to-video (as the release and diffusers choose them)."""
+    guider and scheduler configs; without a size, the pipeline's choice (16:9 at the transformer's resolution for
+    text-to-video, the image's bucket for image-to-video, as the release and diffusers choose them)."""
     ckpt = _checkpoint(folder, call, task)
     variant = VARIANTS.get(ckpt.variant or "")
     if preset is None:
@@ -77,12 +77,9 @@ def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> d
             call["flow_shift"] = None  # the scheduler config's (or the variant's) shift, read by the pipeline
         if "num_inference_steps" not in given and variant is not None:
             call["num_inference_steps"] = variant.num_inference_steps
-    if "height" not in given and "width" not in given:
-        if task == "i2v":
-            call["height"] = call["width"] = None  # the image's bucket, chosen by the pipeline
-        elif preset is None:
-            resolution = variant.resolution if variant is not None else "720p"
-            call["height"], call["width"] = closest_size(9, 16, BUCKET_BASE[resolution])
+    if "height" not in given and "width" not in given and (task == "i2v" or preset is None):
+        # The pipeline chooses: the image's bucket (image-to-video), or 16:9 at the transformer's resolution.
+        call["height"] = call["width"] = None
     return call
 
 
