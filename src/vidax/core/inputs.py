@@ -83,6 +83,35 @@ def integer_problems(**values: Any) -> list[str]:
     return [f"{name}={v!r} must be an integer" for name, v in values.items() if not is_integer(v)]
 
 
+def check_video_sizes(height: Any, width: Any, num_frames: Any, *, temporal: int, multiple: int,
+                      release_frames: int, why: str = "") -> None:
+    """Sizes of a video model whose VAE compresses time ``temporal``x after the first frame and whose latent grid
+    needs pixel sizes in multiples of ``multiple``: ``num_frames = temporal * k + 1``, height and width positive
+    multiples of ``multiple`` (None: chosen later, e.g. from an image).
+
+    Args:
+      release_frames: the release's frame count, named in the message.
+      why: what makes ``multiple`` the multiple (e.g. ``" (the VAE's 16x compression)"``), for the message.
+
+    Raises:
+      ValueError: every problem, with the nearest valid values.
+    """
+    given = {k: v for k, v in (("num_frames", num_frames), ("height", height), ("width", width)) if v is not None}
+    problems = integer_problems(**given)
+    if is_integer(num_frames) and (num_frames < 1 or (num_frames - 1) % temporal):
+        lo = max(1, (int(num_frames) - 1) // temporal * temporal + 1)
+        problems.append(f"num_frames={num_frames} must be of the form {temporal}k+1 (the VAE compresses time "
+                        f"{temporal}x after the first frame; {release_frames} for the release): use {lo} or "
+                        f"{lo + temporal}")
+    for name, v in (("height", height), ("width", width)):
+        if v is not None and is_integer(v) and (v < multiple or v % multiple):
+            lo = int(v) // multiple * multiple
+            problems.append(f"{name}={v} must be a positive multiple of {multiple}{why}: use "
+                            + (f"{lo} or {lo + multiple}" if lo >= multiple else f"{multiple}"))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def check_seed(seed: Any) -> int:
     """The seed as an ``int`` in ``[0, SEED_LIMIT)``.
 

@@ -31,23 +31,11 @@ def check_sizes(height: Any, width: Any, num_frames: Any) -> None:
     taken from the image later).
 
     Raises:
-      ValueError: every problem, with the nearest valid values.
+      ValueError: every problem, with the nearest valid values (:func:`vidax.core.inputs.check_video_sizes`).
     """
-    from vidax.core.inputs import integer_problems, is_integer
+    from vidax.core.inputs import check_video_sizes
 
-    given = {k: v for k, v in (("num_frames", num_frames), ("height", height), ("width", width)) if v is not None}
-    problems = integer_problems(**given)
-    if is_integer(num_frames) and (num_frames < 1 or (num_frames - 1) % TEMPORAL):
-        lo = max(1, (int(num_frames) - 1) // TEMPORAL * TEMPORAL + 1)
-        problems.append(f"num_frames={num_frames} must be of the form 4k+1 (the VAE compresses time 4x after the first "
-                        f"frame; 129 for the release): use {lo} or {lo + TEMPORAL}")
-    for name, v in (("height", height), ("width", width)):
-        if v is not None and is_integer(v) and (v < MULTIPLE or v % MULTIPLE):
-            lo = int(v) // MULTIPLE * MULTIPLE
-            problems.append(f"{name}={v} must be a positive multiple of {MULTIPLE}: use "
-                            + (f"{lo} or {lo + MULTIPLE}" if lo >= MULTIPLE else f"{MULTIPLE}"))
-    if problems:
-        raise ValueError("; ".join(problems))
+    check_video_sizes(height, width, num_frames, temporal=TEMPORAL, multiple=MULTIPLE, release_frames=129)
 
 
 def _check(folder: Path, task: str, call: dict) -> None:

@@ -14,41 +14,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vidax.core import buckets
+
 #: The original release's image-to-video bucket base sizes per ``--i2v-resolution`` (HunyuanVideo-I2V
 #: ``hyvideo/inference.py``: 720p -> 960, 540p -> 720, 360p -> 480).
 I2V_BUCKET_BASE = {"720p": 960, "540p": 720, "360p": 480}
 
 
 def crop_size_buckets(base_size: int = 960, patch_size: int = 32, max_ratio: float = 4.0) -> list[tuple[int, int]]:
-    """The original release's size buckets: every ``(height, width)`` of whole ``patch_size`` patches whose patch count
-    stays within ``(base_size / patch_size)^2``, with an aspect ratio at most ``max_ratio``.
+    """The original release's size buckets (HunyuanVideo-I2V ``hyvideo/utils/data_utils.py``
+    ``generate_crop_size_list``, whose pairs ``hyvideo/inference.py`` reads as ``(height, width)``), widest-first:
+    :func:`vidax.core.buckets.crop_size_buckets` with a stride of ``patch_size``.
 
-    Follows HunyuanVideo-I2V ``hyvideo/utils/data_utils.py`` ``generate_crop_size_list`` (whose pairs
-    ``hyvideo/inference.py`` reads as ``(height, width)``), in the same order.
-
-    Returns:
-      ``[(height, width), ...]`` in pixels, widest-first as the reference lists them.
+    Raises:
+      ValueError: ``base_size < patch_size``, ``patch_size < 1`` or ``max_ratio < 1``.
     """
-    if base_size < patch_size or patch_size < 1 or max_ratio < 1:
-        raise ValueError(f"crop_size_buckets: base_size={base_size} must be >= patch_size={patch_size} >= 1, "
-                         f"max_ratio={max_ratio} >= 1")
-    num_patches = round((base_size / patch_size) ** 2)
-    out = []
-    a, b = num_patches, 1
-    while a > 0:
-        if max(a, b) / min(a, b) <= max_ratio:
-            out.append((a * patch_size, b * patch_size))
-        if (b + 1) * a <= num_patches:
-            b += 1
-        else:
-            a -= 1
-    return out
+    return buckets.crop_size_buckets(base_size, patch_size, max_ratio)
 
 
 def size_for_image(image_width: int, image_height: int, base_size: int = 960) -> tuple[int, int]:
     """The ``(height, width)`` the original release generates for an image of this size: the bucket whose aspect ratio
-    (rounded to 5 places) is closest to the image's, on the image's side of square (``>= 1`` picks among ratios not
-    above it; landscape among ratios above it), as HunyuanVideo-I2V ``get_closest_ratio``.
+    is closest to the image's, on the image's side of square (HunyuanVideo-I2V ``get_closest_ratio``, landscape
+    among ratios strictly above it; :func:`vidax.core.buckets.closest_bucket`).
 
     Example: a 1088x832 (height x width) portrait image at 720p (base 960) -> ``(1088, 832)``;
     720x1280 -> ``(704, 1248)``.
@@ -58,15 +45,7 @@ def size_for_image(image_width: int, image_height: int, base_size: int = 960) ->
     """
     if image_width < 1 or image_height < 1:
         raise ValueError(f"image size {image_width}x{image_height} must be positive")
-    buckets = crop_size_buckets(base_size, 32)
-    ratios = [round(h / w, 5) for h, w in buckets]
-    aspect = image_height / image_width
-    diffs = [(i, r - aspect) for i, r in enumerate(ratios)]
-    side = [(i, d) for i, d in diffs if (d <= 0 if aspect >= 1 else d > 0)]
-    if not side:  # beyond the widest or tallest bucket: the reference fails; take the nearest extreme
-        side = diffs
-    best = min(side, key=lambda pair: abs(pair[1]))[0]
-    return buckets[best]
+    return buckets.closest_bucket(image_height, image_width, crop_size_buckets(base_size, 32), wide_takes_equal=False)
 
 
 @dataclass(frozen=True)

@@ -34,26 +34,15 @@ def _tasks(folder: Path) -> tuple[str, ...]:
 
 def check_sizes(height: Any, width: Any, num_frames: Any) -> None:
     """Sizes the model runs: ``num_frames = 4k + 1``, height and width positive multiples of 16 (height/width None:
-    taken from the image or the variant's resolution later).
+    taken from the image or the transformer's resolution later).
 
     Raises:
-      ValueError: every problem, with the nearest valid values.
+      ValueError: every problem, with the nearest valid values (:func:`vidax.core.inputs.check_video_sizes`).
     """
-    from vidax.core.inputs import integer_problems, is_integer
+    from vidax.core.inputs import check_video_sizes
 
-    given = {k: v for k, v in (("num_frames", num_frames), ("height", height), ("width", width)) if v is not None}
-    problems = integer_problems(**given)
-    if is_integer(num_frames) and (num_frames < 1 or (num_frames - 1) % TEMPORAL):
-        lo = max(1, (int(num_frames) - 1) // TEMPORAL * TEMPORAL + 1)
-        problems.append(f"num_frames={num_frames} must be of the form 4k+1 (the VAE compresses time 4x after the first "
-                        f"frame; 121 for the release): use {lo} or {lo + TEMPORAL}")
-    for name, v in (("height", height), ("width", width)):
-        if v is not None and is_integer(v) and (v < MULTIPLE or v % MULTIPLE):
-            lo = int(v) // MULTIPLE * MULTIPLE
-            problems.append(f"{name}={v} must be a positive multiple of {MULTIPLE} (the VAE's 16x compression): use "
-                            + (f"{lo} or {lo + MULTIPLE}" if lo >= MULTIPLE else f"{MULTIPLE}"))
-    if problems:
-        raise ValueError("; ".join(problems))
+    check_video_sizes(height, width, num_frames, temporal=TEMPORAL, multiple=MULTIPLE, release_frames=121,
+                      why=" (the VAE's 16x compression)")
 
 
 def _check(folder: Path, task: str, call: dict) -> None:

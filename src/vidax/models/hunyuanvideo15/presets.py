@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vidax.core import buckets
+
 #: The release's bucket base size per resolution (``hunyuan_video_pipeline.py`` ``target_size_config``): the
 #: transformer config's ``target_size`` in the diffusers layout.
 BUCKET_BASE = {"480p": 640, "720p": 960}
@@ -70,35 +72,20 @@ VARIANTS: dict[str, Variant] = {
 
 
 def crop_size_buckets(base_size: int, stride: int = BUCKET_STRIDE, max_ratio: float = 4.0) -> list[tuple[int, int]]:
-    """The release's size buckets: every ``(height, width)`` of whole ``stride`` cells whose cell count stays within
-    ``(base_size / stride)^2``, aspect ratio at most ``max_ratio``, in the reference's order.
-
-    Follows HunyuanVideo-1.5 ``hyvideo/utils/data_utils.py`` ``generate_crop_size_list`` (diffusers
-    ``pipelines/hunyuan_video1_5/image_processor.py`` restates it).
+    """The release's size buckets (HunyuanVideo-1.5 ``hyvideo/utils/data_utils.py`` ``generate_crop_size_list``;
+    diffusers ``pipelines/hunyuan_video1_5/image_processor.py`` restates it): :func:`vidax.core.buckets.
+    crop_size_buckets`.
 
     Raises:
       ValueError: ``base_size < stride``, ``stride < 1`` or ``max_ratio < 1``.
     """
-    if base_size < stride or stride < 1 or max_ratio < 1:
-        raise ValueError(f"crop_size_buckets: base_size={base_size} must be >= stride={stride} >= 1, "
-                         f"max_ratio={max_ratio} >= 1")
-    cells = round((base_size / stride) ** 2)
-    out = []
-    a, b = cells, 1
-    while a > 0:
-        if max(a, b) / min(a, b) <= max_ratio:
-            out.append((a * stride, b * stride))
-        if (b + 1) * a <= cells:
-            b += 1
-        else:
-            a -= 1
-    return out
+    return buckets.crop_size_buckets(base_size, stride, max_ratio)
 
 
 def closest_size(height: float, width: float, base_size: int) -> tuple[int, int]:
-    """The bucket ``(height, width)`` whose aspect ratio (rounded to 5 places) is closest to ``height / width``, among
-    those on the same side of square (``get_closest_ratio`` of the release, which diffusers'
-    ``HunyuanVideo15ImageProcessor.calculate_default_height_width`` calls).
+    """The bucket ``(height, width)`` closest in aspect ratio to ``height / width`` on its side of square
+    (``get_closest_ratio`` of the release, which diffusers' ``HunyuanVideo15ImageProcessor.
+    calculate_default_height_width`` calls; landscape among ratios not below it).
 
     Examples: 720p (base 960), 16:9 -> ``(720, 1280)``; a 1104x832 (height x width) image -> ``(1104, 832)``;
     480p (base 640), 16:9 -> ``(480, 848)``.
@@ -106,15 +93,7 @@ def closest_size(height: float, width: float, base_size: int) -> tuple[int, int]
     Raises:
       ValueError: a non-positive size.
     """
-    if not (height > 0 and width > 0):
-        raise ValueError(f"size {width}x{height} must be positive")
-    buckets = crop_size_buckets(base_size)
-    aspect = float(height) / float(width)
-    diffs = [(i, round(h / w, 5) - aspect) for i, (h, w) in enumerate(buckets)]
-    side = [(i, d) for i, d in diffs if (d <= 0 if aspect >= 1 else d >= 0)]
-    if not side:  # beyond the most extreme bucket: the reference fails (min of nothing); take the nearest extreme
-        side = diffs
-    return buckets[min(side, key=lambda pair: abs(pair[1]))[0]]
+    return buckets.closest_bucket(height, width, crop_size_buckets(base_size), wide_takes_equal=True)
 
 
 @dataclass(frozen=True)
