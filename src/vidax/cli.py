@@ -56,9 +56,12 @@ def _settings_table() -> dict[str, list[tuple[registry.Family, registry.Setting]
     return table
 
 
-def _add_family_settings(g: argparse.ArgumentParser) -> None:
+def _add_family_settings(g: argparse.ArgumentParser, at_load: bool = False) -> None:
+    """One flag per family setting (``at_load``: only the settings that choose what is loaded, for ``convert``)."""
     group = g.add_argument_group("family settings", "taken by the families named; refused for the others")
     for name, decls in _settings_table().items():
+        if at_load and not all(s.at_load for _, s in decls):
+            continue
         fam0, s0 = decls[0]
         who = ", ".join(f.display for f, _ in decls)
         helps = "; ".join(f"{f.display}: {s.help}" + (f" ({'/'.join(s.choices)})" if s.choices else "")
@@ -211,6 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--text-encoder-dtype", choices=["bfloat16", "float32"], default="float32",
                    help="default float32 (paper fault 2)")
     c.add_argument("--vae-dtype", choices=["bfloat16", "float32"], default="float32", help="default float32")
+    _add_family_settings(c, at_load=True)
 
     demo_names = ", ".join(registry.demos())
     d = sub.add_parser("demo", help="write a tiny random-weight checkpoint and generate a small video from it",
@@ -600,13 +604,21 @@ def convert(args) -> int:
         _check_writable(dst, "destination")
     from vidax.checkpoint.inspect import MISMATCH
 
-    problems = [line.strip() for line in fam.inspect(src) if MISMATCH in line]
+    # The settings that choose what is loaded (a release's transformer variant) choose what is converted.
+    table = _settings_table()
+    settings = {name: getattr(args, name) for name, decls in table.items()
+                if decls[0][1].at_load and getattr(args, name, None) is not None}
+    refused = [table[name][0][1].flag for name in settings if fam.setting(name) is None]
+    if refused:
+        raise ValueError(f"{' '.join(refused)}: not used by {fam.display}; leave "
+                         + ("them" if len(refused) > 1 else "it") + " out")
+    problems = [line.strip() for line in fam.inspect(src, **settings) if MISMATCH in line]
     if problems:  # the converted folder would not load either (a corrupt tokenizer is copied, not translated)
         raise ValueError(f"{src} would not load, so it is not converted (`vidax inspect {src}` details it): "
                          + "; ".join(problems[:3]))
     try:
         s = fam.convert(src, dst, dtype=args.dtype, text_encoder_dtype=args.text_encoder_dtype,
-                        vae_dtype=args.vae_dtype)
+                        vae_dtype=args.vae_dtype, **settings)
     except OSError as e:
         if isinstance(e, FileExistsError):
             raise
@@ -614,8 +626,9 @@ def convert(args) -> int:
                          + (f": {e.filename}" if e.filename else "") + "); nothing was left there") from None
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
     dtypes = ", ".join(f"{k} {v}" for k, v in s["dtypes"].items())
-    print(f"wrote {dst} ({fam.display}) from the {s['source_layout']} layout in {s['seconds']:.1f}s: {sizes}; "
-          f"dtypes: {dtypes}")
+    variant = f" (variant {s['variant']})" if s.get("variant") else ""
+    print(f"wrote {dst} ({fam.display}) from the {s['source_layout']} layout{variant} in {s['seconds']:.1f}s: "
+          f"{sizes}; dtypes: {dtypes}")
     return 0
 
 

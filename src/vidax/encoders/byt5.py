@@ -279,6 +279,19 @@ class ByT5Tokenizer:
                 raise ValueError(f"ByT5Tokenizer.add_tokens: tokens must be strings, got {type(t).__name__}")
         return self._add(tokens)
 
+    def to_config(self) -> dict[str, Any]:
+        """The ``tokenizer_config.json`` of this tokenizer as transformers 5's ``save_pretrained`` writes it (every
+        added token with its id in ``added_tokens_decoder``, the special tokens in ``extra_special_tokens``,
+        ``extra_ids`` 0): :meth:`from_folder` and transformers' ``ByT5Tokenizer.from_pretrained`` read it back to
+        the same tokenizer (``vidax convert`` writes the original release's glyph tokenizer so)."""
+        decoder = {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": False, "rstrip": t.rstrip,
+                            "single_word": t.single_word, "special": True}
+                   for i, t in sorted(self._decoder.items())}
+        return {"added_tokens_decoder": decoder, "eos_token": self.eos_token, "extra_ids": 0,
+                "extra_special_tokens": list(self.extra_special_tokens),
+                "model_max_length": int(1e30),  # transformers' VERY_LARGE_INTEGER: no limit
+                "pad_token": self.pad_token, "tokenizer_class": "ByT5Tokenizer", "unk_token": self.unk_token}
+
     def __len__(self) -> int:
         """``len(tokenizer)``: the embedding rows the model needs (384 for byt5-small's tokenizer)."""
         return len(self._vocab())
@@ -543,6 +556,22 @@ def load_glyph_encoder_original(glyph_folder: str | os.PathLike, byt5_folder: st
         load fails the same way); missing, unexpected or mis-shaped tensors (all listed).
     """
     from vidax.checkpoint.loader import load_params
+
+    cfg, tokenizer, reader, keymap = glyph_checkpoint_original(glyph_folder, byt5_folder)
+    params = load_params(reader, keymap, t5.t5_specs(cfg), dtype, source=str(Path(glyph_folder) / GLYPH_CHECKPOINT),
+                         **load_kwargs)
+    return params, cfg, tokenizer
+
+
+def glyph_checkpoint_original(glyph_folder: str | os.PathLike, byt5_folder: str | os.PathLike | None = None):
+    """The original release's glyph encoder as :func:`load_glyph_encoder_original` reads it, without reading any
+    tensor data: ``(cfg, tokenizer, reader, keymap)`` (``cfg.vocab_size`` the ``.pt``'s embedding rows; the reader
+    of ``byt5_model.pt`` and :func:`glyph_keymap` for its key prefix; load with :func:`vidax.encoders.t5.t5_specs`).
+
+    Raises:
+      CheckpointError: see :func:`load_glyph_encoder_original` (the mismatched tensors excepted: the loader lists
+        them).
+    """
     from vidax.checkpoint.reader import CheckpointReader
 
     glyph_folder = Path(glyph_folder)
@@ -563,8 +592,7 @@ def load_glyph_encoder_original(glyph_folder: str | os.PathLike, byt5_folder: st
         raise CheckpointError(f"{path}: {embed} has {rows:,} rows but the tokenizer with the glyph tokens has "
                               f"{len(tokenizer):,}; the assets do not belong to this checkpoint")
     cfg = dataclasses.replace(_config(byt5_folder), vocab_size=rows)
-    params = load_params(reader, glyph_keymap(cfg, prefix), t5.t5_specs(cfg), dtype, source=str(path), **load_kwargs)
-    return params, cfg, tokenizer
+    return cfg, tokenizer, reader, glyph_keymap(cfg, prefix)
 
 
 def load_byt5_encoder(folder: str | os.PathLike, dtype: Any = np.float32,

@@ -63,7 +63,8 @@ class Setting:
       choices: the values this family accepts (others are refused naming the family), or None.
       metavar: the value's name in ``--help``.
       at_load: the setting chooses what is loaded (HunyuanVideo-1.5's transformer ``variant`` of an official-release
-        folder): it goes to the pipeline's ``from_pretrained``, not to its call.
+        folder): it goes to the pipeline's ``from_pretrained``, not to its call, and ``vidax convert`` takes it too
+        (the family's ``inspect`` and ``convert`` then receive it as a keyword).
     """
 
     name: str
@@ -129,8 +130,10 @@ class Family:
       presets: () -> {name: preset} (presets of the paper's benchmark rows; see :class:`Preset`).
       demos: its demo checkpoints; the first is the family's default demo.
       folder_tasks: folder -> the tasks that folder runs (reads configuration files only).
-      inspect: path -> report lines (``vidax inspect``; reads headers only).
-      convert: ``(src, dst, *, dtype, text_encoder_dtype, vae_dtype) -> summary`` (``vidax convert``).
+      inspect: path -> report lines (``vidax inspect``; reads headers only). ``vidax convert`` passes the
+        :attr:`Setting.at_load` settings it is given as keywords (``variant="480p_t2v"``), to check what it converts.
+      convert: ``(src, dst, *, dtype, text_encoder_dtype, vae_dtype, **at_load settings given) -> summary``
+        (``vidax convert``).
       claims_folder: folder -> whether an original-release folder (no ``model_index.json``) is this family's; None:
         it publishes none.
       inspect_component: a single component file or folder -> ``(share of its keys the family's best key map

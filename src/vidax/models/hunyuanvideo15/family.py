@@ -72,16 +72,16 @@ def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> d
     return call
 
 
-def _inspect(path: Path) -> list[str]:
+def _inspect(path: Path, variant: str | None = None) -> list[str]:
     from vidax.models.hunyuanvideo15.inspection import inspect_checkpoint
 
-    return inspect_checkpoint(path)
+    return inspect_checkpoint(path, variant=variant)
 
 
-def _convert(src: Path, dst: Path, **dtypes) -> dict:
+def _convert(src: Path, dst: Path, *, variant: str | None = None, **dtypes) -> dict:
     from vidax.models.hunyuanvideo15.convert import convert_checkpoint
 
-    return convert_checkpoint(src, dst, **dtypes)
+    return convert_checkpoint(src, dst, variant=variant, **dtypes)
 
 
 def _claims(folder: Path) -> bool:
