@@ -271,6 +271,22 @@ CONFIGS: dict[str, BenchConfig] = {
                  "spatial, 4x temporal, 32 latent channels) at half width (64-128-256-512-512); a Qwen2.5-VL language "
                  "model 3584 wide (28 heads x 128, 4 key/value heads) with 3 thin layers (hidden_states[-3] feeds the "
                  "transformer) and a byT5 encoder 1472 wide with 2 thin layers",
+            findings="Contention decided most figures of this run (2026-12-03; other sessions' tests used about half "
+                     "of the 2 cores for most of it): 17 of 96 measurements were quiet, and of the steps only the "
+                     "432-token fp32 row was quiet throughout (5 of 5 rounds): vidax 4.21 s against 5.54 s, 0.76x. "
+                     "The 128-token headline (1.56x) sets vidax's median over 10 contended rounds against "
+                     "diffusers' 2 quiet ones; the ratio of the two measured back to back in each round is 0.64x "
+                     "there, 0.61x at 192 tokens, and the CPU seconds per step 0.70x over the three rows. A second "
+                     "run the same hour was more contended still (0 to 2 quiet rounds of 10 per row; per-round fp32 "
+                     "ratios 0.58x, 0.60x, 0.60x, bf16 0.48x) and was not kept. Part of the step ratio is the context: "
+                     "diffusers' text-to-video step attends over 1985 context rows per block (1000 Qwen, 256 byT5 and "
+                     "729 zero image tokens), vidax's over 1256 (the same output; docs/design.md \"HunyuanVideo-1.5\"). "
+                     "The text encoder (0.45x) runs 1 of the demo Qwen's 3 layers (the pipeline takes "
+                     "hidden_states[-3] and vidax stops there) where transformers runs all 3 (the release: 26 of 28), "
+                     "which flatters vidax. Load (2.48x): vidax converts the float32 weights into its own buffers "
+                     "(3.48 GiB resident after loading), diffusers maps the files; peak RSS over the whole generation "
+                     "is the same (0.97x). The VAE decode's first call (4.5 s against 2.1 s warm) compiles the "
+                     "decoder's program.",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),

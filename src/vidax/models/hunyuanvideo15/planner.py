@@ -227,7 +227,7 @@ def encoder_bytes(model: HunyuanVideo15Model, text_encoder_dtype: Any = "float32
     Returns:
       ``{"text_encoder": Qwen2.5-VL's language model, "text_encoder_2": byT5 (both in ``text_encoder_dtype``, norms
       float32), "image_encoder": SigLIP in ``image_encoder_dtype`` (0 for text-to-video)}``. The release in float32:
-      28.3 GB (7.07 billion parameters: the language model without its LM head), 0.88 GB and 1.71 GB.
+      28.3 GB (7.07 billion parameters: the language model without its LM head), 0.88 GB and 1.65 GB.
     """
     image = 0 if model.image_encoder is None else weight_bytes(siglip_specs(model.image_encoder), image_encoder_dtype)
     return {"text_encoder": weight_bytes(llama_specs(model.text_encoder), text_encoder_dtype),
