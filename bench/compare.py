@@ -23,11 +23,12 @@ alternate, so drift in the (shared) machine's load hits both alike. Reported: me
 
 Usage::
 
-    python -m bench.compare [--config a|b|c|d|e] [--repeats N]   # writes docs/benchmarks/compare-<config>.json,
+    python -m bench.compare [--config a|b|c|d|e|f] [--repeats N] # writes docs/benchmarks/compare-<config>.json,
                                                             # docs/benchmarks/step_time[-<config>].png and its section
 
 Configurations: ``a`` Wan2.1 1.3B width, ``b`` Wan2.2 TI2V-5B width (text-to-video), ``c`` CogVideoX-2B
-width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE, ``e`` HunyuanVideo 13B width (see :data:`CONFIGS`).
+width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE, ``e`` HunyuanVideo 13B width, ``f`` HunyuanVideo-1.5 8.3B width
+(see :data:`CONFIGS`).
     python -m bench.compare --smoke --out /tmp/x.json     # tiny config, seconds, no docs written
 
 New model families: add a :class:`Family` (checkpoint writer + one contender class per engine) to
@@ -140,6 +141,21 @@ _HV13B_WIDTH = dict(num_attention_heads=24, attention_head_dim=128, num_layers=2
 _HV_VAE = dict(block_out_channels=[128, 256, 512, 512], layers_per_block=2, norm_num_groups=32)
 _HV_TEXT = dict(hidden_size=4096, num_hidden_layers=3, clip_hidden_size=768)
 
+# HunyuanVideo-1.5 8.3B (diffusers HunyuanVideo15Transformer3DModel's defaults = the release's config: 16 heads x 128 =
+# 2048, MLP ratio 4, a 2-block token refiner over the 3584-wide Qwen2.5-VL states, byT5 1472 and SigLIP 1152 wide
+# projections, 65 input / 32 output channels, patch 1, RoPE axes (16, 56, 56)), 2 of its 54 dual-stream blocks; its VAE
+# with the release's structure (5 stages, 16x spatial and 4x temporal compression, 32 latent channels) at half width;
+# a Qwen2.5-VL language model at the real width 3584 (28 heads x 128, 4 key/value heads; 3 thin layers: the pipeline
+# takes hidden_states[-3]) and a byT5 encoder at its real width 1472 (2 thin layers).
+_HV15_WIDTH = dict(num_attention_heads=16, attention_head_dim=128, num_layers=2, num_refiner_layers=2, mlp_ratio=4.0,
+                   in_channels=65, out_channels=32, patch_size=1, patch_size_t=1, text_embed_dim=3584,
+                   text_embed_2_dim=1472, image_embed_dim=1152, rope_axes_dim=[16, 56, 56], target_size=640,
+                   task_type="t2v")
+_HV15_VAE = dict(latent_channels=32, block_out_channels=[64, 128, 256, 512, 512], layers_per_block=2)
+_HV15_TEXT = dict(qwen=dict(hidden_size=3584, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=28,
+                            num_key_value_heads=4, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
+                  t5=dict(d_model=1472, d_kv=64, num_heads=6, d_ff=1024, num_layers=2))
+
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
     for c in [
@@ -240,6 +256,37 @@ CONFIGS: dict[str, BenchConfig] = {
                      "ratio 1.22x), so that row flatters vidax and pulls the fp32 geometric mean (1.50x) below the "
                      "quiet rows' 1.65-1.70x; a second run the same hour was more contended still (others used about "
                      "half the CPU) and was not kept.",
+        ),
+        BenchConfig(
+            "f", "hunyuanvideo-1.5", _HV15_WIDTH, _HV15_VAE, _HV15_TEXT,
+            base=(5, 128, 128),
+            sweep=((5, 128, 128), (9, 128, 128), (9, 192, 192)),
+            bf16_sweep=((9, 128, 128),),
+            repeats=2,
+            note="HunyuanVideo-1.5 8.3B width (2048 = 16 heads x 128, MLP 8192, a 2-block token refiner over "
+                 "3584-wide Qwen2.5-VL states, byT5 1472 and SigLIP 1152 wide projections, 65 input / 32 output "
+                 "channels, patch 1, RoPE axes (16, 56, 56)), 2 of its 54 dual-stream blocks, text-to-video with "
+                 "classifier-free guidance 6.0 (both halves per step); 1000 masked Qwen tokens and 256 masked byT5 "
+                 "tokens join every block's joint attention; the HunyuanVideo-1.5 VAE's structure (5 stages, 16x "
+                 "spatial, 4x temporal, 32 latent channels) at half width (64-128-256-512-512); a Qwen2.5-VL language "
+                 "model 3584 wide (28 heads x 128, 4 key/value heads) with 3 thin layers (hidden_states[-3] feeds the "
+                 "transformer) and a byT5 encoder 1472 wide with 2 thin layers",
+            findings="Contention decided most figures of this run (2026-12-03; other sessions' tests used about half "
+                     "of the 2 cores for most of it): 17 of 96 measurements were quiet, and of the steps only the "
+                     "432-token fp32 row was quiet throughout (5 of 5 rounds): vidax 4.21 s against 5.54 s, 0.76x. "
+                     "The 128-token headline (1.56x) sets vidax's median over 10 contended rounds against "
+                     "diffusers' 2 quiet ones; the ratio of the two measured back to back in each round is 0.64x "
+                     "there, 0.61x at 192 tokens, and the CPU seconds per step 0.70x over the three rows. A second "
+                     "run the same hour was more contended still (0 to 2 quiet rounds of 10 per row; per-round fp32 "
+                     "ratios 0.58x, 0.60x, 0.60x, bf16 0.48x) and was not kept. Part of the step ratio is the context: "
+                     "diffusers' text-to-video step attends over 1985 context rows per block (1000 Qwen, 256 byT5 and "
+                     "729 zero image tokens), vidax's over 1256 (the same output; docs/design.md \"HunyuanVideo-1.5\"). "
+                     "The text encoder (0.45x) runs 1 of the demo Qwen's 3 layers (the pipeline takes "
+                     "hidden_states[-3] and vidax stops there) where transformers runs all 3 (the release: 26 of 28), "
+                     "which flatters vidax. Load (2.48x): vidax converts the float32 weights into its own buffers "
+                     "(3.48 GiB resident after loading), diffusers maps the files; peak RSS over the whole generation "
+                     "is the same (0.97x). The VAE decode's first call (4.5 s against 2.1 s warm) compiles the "
+                     "decoder's program.",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -521,7 +568,7 @@ class WanDiffusers:
     def generate(self, frames: int, height: int, width: int, steps: int, latents):
         torch, pipe = self.torch, self.pipe
         times: dict[str, float] = {"text_encoder_s": 0.0, "vae_decode_s": 0.0}
-        marks: list[float] = []
+        marks: list[tuple[float, str]] = []
 
         def timed(name, fn):
             def wrapper(*a, **k):
@@ -529,7 +576,7 @@ class WanDiffusers:
                 r = fn(*a, **k)
                 times[name] += time.perf_counter() - t0
                 if name == "text_encoder_s":
-                    marks.append(time.perf_counter())
+                    marks.append((time.perf_counter(), "text"))
                 return r
             return wrapper
 
@@ -538,7 +585,7 @@ class WanDiffusers:
         pipe.vae.decode = timed("vae_decode_s", dec)
 
         def on_step(_pipe, i, t, kw):
-            marks.append(time.perf_counter())
+            marks.append((time.perf_counter(), "step"))
             return kw
 
         try:
@@ -546,7 +593,10 @@ class WanDiffusers:
                 frames_out = self._call(frames, height, width, steps, latents, on_step)
         finally:
             del pipe.encode_prompt, pipe.vae.decode
-        step_times = [b - a for a, b in zip(marks, marks[1:])]
+        # the steps after the last text-encoder call (a pipeline may encode the prompt and the negative separately)
+        steps_at = [t for t, kind in marks if kind == "step"]
+        first = [t for t, kind in marks if kind == "text"][-1:] + steps_at
+        step_times = [b - a for a, b in zip(first, first[1:])]
         times["step_s"] = statistics.median(step_times) if step_times else 0.0
         return frames_out, times
 
@@ -995,6 +1045,182 @@ class HunyuanDiffusers(WanDiffusers):
                          prompt_template=self.template, output_type="np", callback_on_step_end=on_step).frames
 
 
+# ------------------------------------------------------------------------------------ HunyuanVideo-1.5 family
+
+HV15_GUIDANCE = 6.0  # the release's classifier-free guidance (the guider's guidance_scale)
+HV15_FIRST_TIMESTEP = 1000.0  # the first timestep: 1000 x the first sigma, 1.0 (a shift leaves it at 1)
+# diffusers renders the Qwen prompt with the tokenizer's Jinja chat template, which the demo tokenizer does not carry
+# (vidax renders Qwen's template itself); for the system, user and generation turns of these prompts (string
+# contents) this one renders what Qwen2.5-VL's released template renders.
+HV15_CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+                      "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _hv15_latent_shape(frames: int, height: int, width: int) -> tuple[int, ...]:
+    return (1, 32, (frames - 1) // 4 + 1, height // 16, width // 16)  # (B, C, T, H, W): 4x temporal, 16x spatial
+
+
+def _hv15_tokens(cfg: BenchConfig, frames: int, height: int, width: int) -> int:
+    """Video tokens of the step (patch 1; the 1256 text tokens join them in every block's joint attention)."""
+    _, _, t, h, w = _hv15_latent_shape(frames, height, width)
+    return t * h * w
+
+
+def _hv15_write(folder: Path, cfg: BenchConfig) -> None:
+    """The demo writer's text-to-video folder with the configuration's transformer, then its text encoders and VAE
+    written again at the configuration's widths."""
+    import numpy as np
+
+    from vidax.models.hunyuanvideo15 import demo
+
+    demo.write_demo_checkpoint(folder, task="t2v", seed=0, guidance_scale=HV15_GUIDANCE,
+                               transformer_overrides=dict(cfg.transformer))
+    rng = np.random.default_rng(1)
+    text = dict(cfg.text)
+    if text:
+        for part in ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"):
+            shutil.rmtree(folder / part)
+        demo.write_text_encoders(folder, rng, qwen_overrides=text.get("qwen"), t5_overrides=text.get("t5"))
+    if cfg.vae:
+        shutil.rmtree(folder / "vae")
+        demo.write_vae(folder, demo.vae_config(**cfg.vae), rng)
+
+
+_hv15_convert = _converter("vidax.models.hunyuanvideo15.convert")
+
+
+class Hunyuan15Vidax(WanVidax):
+    """vidax's ``HunyuanVideo15Pipeline`` (JAX), measured through its own stages: the step is the pipeline's
+    ``compile_step`` with its guider (the ``[negative, prompt]`` batch of 2 in one evaluation, the CPU default block
+    loop), as ``HunyuanVideo15Pipeline.__call__`` compiles it."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        self.cache_events = _jax_setup(jax_cache)
+        from vidax.models.hunyuanvideo15 import pipeline  # noqa: F401  (imports are not load time)
+
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+
+        from vidax.models.hunyuanvideo15.pipeline import HunyuanVideo15Pipeline
+
+        self.pipe = HunyuanVideo15Pipeline.from_pretrained(self.folder, dtype=self.dtype, progress=False)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.vae_params))
+
+    def encode(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        pipe = self.pipe
+        pos, neg = pipe.text.encode([PROMPT]), pipe.text.encode([NEGATIVE])
+        self.text = tuple(jnp.concatenate([jnp.asarray(a), jnp.asarray(p)]) for a, p in zip(neg, pos))
+        jax.block_until_ready(self.text)
+
+    def prepare(self, latents) -> float:
+        """Compile the guided step for this latent shape (as ``HunyuanVideo15Pipeline.__call__`` does); seconds."""
+        import jax.numpy as jnp
+
+        from vidax.core.placement import mesh_context
+
+        pipe = self.pipe
+        b = latents.shape[0]
+        cond = jnp.zeros((b, latents.shape[1] + 1, *latents.shape[2:]), jnp.float32)  # text-to-video: zeros
+        self.args = (jnp.asarray(latents), jnp.full((b,), HV15_FIRST_TIMESTEP, jnp.float32), *self.text, cond,
+                     None, None)
+        t0 = time.perf_counter()
+        with mesh_context(pipe.mesh):
+            step = pipe.compile_step(self.args, pipe.make_guider(HV15_GUIDANCE))
+        self.compiled = lambda *args: step(pipe.transformer_params, args)
+        return time.perf_counter() - t0
+
+    def decode(self, latents):
+        return self.pipe.decode_latents(latents)
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        out = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                        guidance_scale=HV15_GUIDANCE, latents=latents, output_type="float", progress=False)
+        m = out.metrics
+        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
+        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
+                            "jax_cache_requests": self.cache_events["requests"]}
+
+
+class Hunyuan15Diffusers(WanDiffusers):
+    """diffusers' ``HunyuanVideo15Pipeline`` (PyTorch, CPU), text-to-video with classifier-free guidance.
+
+    The demo tokenizer carries no chat template and a shorter system prompt than the released one: the pipeline gets
+    :data:`HV15_CHAT_TEMPLATE` and its ``prompt_template_encode_start_idx`` (108 for the released tokenizer) counted
+    for this tokenizer as the original counts it (vidax's :func:`vidax.models.hunyuanvideo15.text.
+    template_crop_start`), so both engines crop the same template tokens.
+    """
+
+    PIPELINE, TRANSFORMER = "HunyuanVideo15Pipeline", "HunyuanVideo15Transformer3DModel"
+
+    def load(self) -> None:
+        from vidax.encoders.qwen2_tokenizer import Qwen2Tokenizer
+        from vidax.models.hunyuanvideo15.text import template_crop_start
+
+        super().load()
+        self.pipe.tokenizer.chat_template = HV15_CHAT_TEMPLATE
+        self.pipe.prompt_template_encode_start_idx = template_crop_start(
+            Qwen2Tokenizer.from_folder(self.folder / "tokenizer"))
+
+    def encode(self) -> None:
+        pipe = self.pipe
+        with self.torch.no_grad():  # diffusers.HunyuanVideo15Pipeline.__call__: both in the transformer dtype
+            self.pe = pipe.encode_prompt(PROMPT, dtype=pipe.transformer.dtype, batch_size=1)
+            self.ne = pipe.encode_prompt(NEGATIVE, dtype=pipe.transformer.dtype, batch_size=1)
+
+    def prepare(self, latents) -> float:
+        torch, pipe = self.torch, self.pipe
+        x = torch.from_numpy(latents).to(self.tdtype)
+        cond, mask = pipe.prepare_cond_latents_and_mask(x, self.tdtype, x.device)
+        self.x = torch.cat([x, cond, mask], dim=1)  # latent_model_input
+        self.t = torch.full((latents.shape[0],), HV15_FIRST_TIMESTEP).to(self.x.dtype)
+        # the text-to-video pipeline's image stream: zeros of SigLIP's 729 tokens (masked by the transformer)
+        self.image = torch.zeros(latents.shape[0], pipe.vision_num_semantic_tokens, pipe.vision_states_dim,
+                                 dtype=self.tdtype)
+        return 0.0
+
+    def step(self) -> None:
+        tr = self.pipe.transformer
+        preds = {}
+        with self.torch.no_grad():  # diffusers.HunyuanVideo15Pipeline.__call__, one step: the guider's two batches
+            for name, (pe, pm, pe2, pm2) in (("pred_cond", self.pe), ("pred_uncond", self.ne)):
+                with tr.cache_context(name):
+                    preds[name] = tr(hidden_states=self.x, image_embeds=self.image, timestep=self.t,
+                                     encoder_hidden_states=pe, encoder_attention_mask=pm, encoder_hidden_states_2=pe2,
+                                     encoder_attention_mask_2=pm2, attention_kwargs=None, return_dict=False)[0]
+            cond, uncond = preds["pred_cond"], preds["pred_uncond"]
+            self.noise_pred = uncond + HV15_GUIDANCE * (cond - uncond)  # ClassifierFreeGuidance
+
+    def decode(self, latents):
+        torch, vae = self.torch, self.pipe.vae
+        with torch.no_grad():  # diffusers.HunyuanVideo15Pipeline.__call__ after the loop; frames (B, F, H, W, 3)
+            z = torch.from_numpy(latents).to(vae.dtype) / vae.config.scaling_factor
+            video = vae.decode(z, return_dict=False)[0]
+            return (video / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1).float().numpy()
+
+    def _call(self, frames: int, height: int, width: int, steps: int, latents, on_step):
+        """The pipeline's ``__call__`` (it takes no step callback: each scheduler step reports instead)."""
+        scheduler = self.pipe.scheduler
+        step = scheduler.step
+
+        def reporting(*args, **kwargs):
+            out = step(*args, **kwargs)
+            on_step(self.pipe, None, None, {})
+            return out
+
+        scheduler.step = reporting
+        try:
+            return self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames,
+                             num_inference_steps=steps, latents=self.torch.from_numpy(latents),
+                             output_type="np").frames
+        finally:
+            del scheduler.step
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
@@ -1026,6 +1252,15 @@ FAMILIES: dict[str, Family] = {
                                      "loop).",
                            vae_note="its HunyuanVideo pipeline reads the whole VAE, the encoder side too, also for "
                                     "text-to-video."),
+    "hunyuanvideo-1.5": Family(_hv15_write, _hv15_convert, _hv15_latent_shape, _hv15_tokens,
+                               {"vidax": Hunyuan15Vidax, "diffusers": Hunyuan15Diffusers},
+                               step_note="vidax's step runs its CPU default block loop: one compiled block program "
+                                         "called once per block over per-block weights (`block_loop=\"host\"`, "
+                                         "docs/design.md \"Block loop\"). Its text-to-video step leaves the image "
+                                         "stream out (no image embeddings: the same output), where diffusers' pipeline "
+                                         "feeds 729 zero SigLIP tokens that every block's joint attention then masks: "
+                                         "diffusers attends over 729 more context rows per block, part of the ratio.",
+                               vae_note="its text-to-video pipeline reads only the VAE's decoder side."),
 }
 
 
@@ -1647,7 +1882,7 @@ def _png(cfg: BenchConfig) -> Path:
 
 
 FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX", "ltx": "LTX-Video",
-                 "hunyuanvideo": "HunyuanVideo"}
+                 "hunyuanvideo": "HunyuanVideo", "hunyuanvideo-1.5": "HunyuanVideo-1.5"}
 
 
 def plot(rec: dict, png: Path) -> Path | None:

@@ -1,5 +1,5 @@
-"""Real-size Wan2.1 and HunyuanVideo steps on one GPU: vidax (JAX) against diffusers (PyTorch), called by
-``bench/gpu.sh``.
+"""Real-size Wan2.1, HunyuanVideo and HunyuanVideo-1.5 steps on one GPU: vidax (JAX) against diffusers (PyTorch),
+called by ``bench/gpu.sh``.
 
 Parts (each its own process, so device memory and peaks are its own):
 
@@ -20,6 +20,13 @@ Parts (each its own process, so device memory and peaks are its own):
   pipeline's ``_step`` (``vidax.models.hunyuanvideo.pipeline._step``, ``guided=False``) compiled ahead of time,
   attention ``auto`` (cuDNN on a GPU); diffusers ``HunyuanVideoTransformer3DModel`` in bf16 with the text mask
   (``scaled_dot_product_attention`` with a boolean mask: its memory-efficient kernel).
+- ``vidax --model hv15-720p`` / ``diffusers --model hv15-720p``: HunyuanVideo-1.5 at the 8.3B width (16 heads x
+  128, MLP 8192, the 2-block token refiner, Qwen 3584 / byT5 1472 / SigLIP 1152 wide) with 2 of its 54 blocks
+  (``bench.compare`` config f's transformer) at the paper row's size (1280x720, 121 frames: 111600 video tokens),
+  one guided step (classifier-free guidance 6.0, a batch of 2): vidax the pipeline's step
+  (:func:`vidax.models.hunyuanvideo15.pipeline.step_hooks` around the transformer, the stack under ``lax.scan``),
+  attention ``auto``; diffusers ``HunyuanVideo15Transformer3DModel`` in bf16, two evaluations per step as its pipeline's
+  guider runs them, with the text-to-video pipeline's 729 zero image tokens (vidax's step leaves that stream out).
 - ``estimate``: the memory estimate of each model/dtype/attention (no device needed; ``report`` computes it when
   the results have none).
 - ``report RESULTS_DIR``: (here, after the run) writes the "GPU" section of docs/benchmarks.md.
@@ -73,6 +80,86 @@ HV_BENCH_MODELS = ("hv-720p",)
 HV_TEXT_LEN = 256  # the pipeline's max_sequence_length: the text rows of every joint attention
 HV_TEXT_VALID = 64  # of them valid (the mask's ones): a prompt of a few sentences
 HV_GUIDANCE = 6.0
+
+# HunyuanVideo-1.5 8.3B width (diffusers HunyuanVideo15Transformer3DModel's defaults = the release's config), a few
+# blocks: bench.compare config f's transformer.
+HV15_COMMON = dict(in_channels=65, out_channels=32, num_attention_heads=16, attention_head_dim=128,
+                   num_refiner_layers=2, mlp_ratio=4.0, patch_size=1, patch_size_t=1, qk_norm="rms_norm", text_embed_dim=3584,
+                   text_embed_2_dim=1472, image_embed_dim=1152, rope_theta=256.0, rope_axes_dim=(16, 56, 56),
+                   target_size=640, task_type="t2v")
+HV15_MODELS = {
+    # name: (HunyuanVideo15TransformerConfig fields over HV15_COMMON, (frames, height, width))
+    "hv15-720p": (dict(num_layers=2), (121, 720, 1280)),  # bench.compare config f's blocks, the paper row's size
+    # the release's full depth: sizes and FLOPs only (estimate, tests), not run
+    "hv15-8.3b": (dict(num_layers=54), (121, 720, 1280)),
+    # a CPU-sized check of the script itself (tests), not a benchmark
+    "hv15-tiny": (dict(num_attention_heads=2, attention_head_dim=16, num_layers=1, num_refiner_layers=1,
+                       text_embed_dim=32, text_embed_2_dim=24, image_embed_dim=16, rope_axes_dim=(4, 6, 6)),
+                  (9, 64, 64)),
+}
+HV15_BENCH_MODELS = ("hv15-720p",)
+HV15_TEXT_LEN, HV15_GLYPH_LEN, HV15_IMAGE_TOKENS = 1000, 256, 729  # the pipelines' Qwen, byT5 and SigLIP tokens
+HV15_TEXT_VALID = 64  # Qwen tokens valid (the mask's ones); no glyph text (the byT5 mask all zero)
+HV15_GUIDANCE = 6.0
+
+
+def hv15_config(name: str) -> dict:
+    """The model's ``HunyuanVideo15Transformer3DModel`` constructor arguments."""
+    fields, _ = HV15_MODELS[name]
+    return {**HV15_COMMON, **fields}
+
+
+def hv15_latent_shape(frames, height, width):
+    return (1, 32, (frames - 1) // 4 + 1, height // 16, width // 16)
+
+
+def hv15_tokens(name: str) -> int:
+    """Video tokens of the model's size (patch 1; the context joins them in attention)."""
+    _, _, t, h, w = hv15_latent_shape(*HV15_MODELS[name][1])
+    return t * h * w
+
+
+def hv15_step_flops(name: str, context: int = HV15_TEXT_LEN + HV15_GLYPH_LEN) -> float:
+    """Model FLOPs of one guided step (both CFG halves, each batch 1): matmuls and attention over the joint sequence of
+    the video and ``context`` tokens (padding included, as both engines compute it; vidax's text-to-video step has the
+    1256 text tokens, diffusers' adds 729 masked image tokens), 2 FLOP per MAC; AdaLN projections ignored."""
+    c = hv15_config(name)
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    m, s, L = int(d * c["mlp_ratio"]), hv15_tokens(name), HV15_TEXT_LEN
+    n = s + context
+    block = 2 * n * (4 * d * d + 2 * d * m) + 2 * 2 * n * n * d  # per-stream q, k, v, out and MLP; joint attention
+    refiner = 2 * L * (4 * d * d + 2 * d * 4 * d) + 2 * 2 * L * L * d
+    embed = 2 * L * c["text_embed_dim"] * d + 2 * s * c["in_channels"] * d + 2 * s * d * c["out_channels"]
+    return 2.0 * (c["num_layers"] * block + c["num_refiner_layers"] * refiner + embed)
+
+
+def hv15_param_count(name: str) -> int:
+    """Parameters of the model, counted on vidax's spec tree (one declaration per weight)."""
+    import math
+
+    import jax
+
+    from vidax.core.params import abstract_params
+    from vidax.models.hunyuanvideo15.config import HunyuanVideo15TransformerConfig
+    from vidax.models.hunyuanvideo15.transformer import transformer_specs
+
+    tree = abstract_params(transformer_specs(HunyuanVideo15TransformerConfig(**hv15_config(name))), "float32")
+    return sum(math.prod(a.shape) for a in jax.tree.leaves(tree))
+
+
+def hv15_estimate(name: str, dtype_bytes: int = 2) -> dict:
+    """A rough peak-memory estimate of the guided step (batch 2) with a fused (flash-style) attention: weights + live
+    activations."""
+    c = hv15_config(name)
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    n = 2 * (hv15_tokens(name) + HV15_TEXT_LEN + HV15_GLYPH_LEN)
+    m = int(d * c["mlp_ratio"])
+    weights = hv15_param_count(name) * dtype_bytes
+    residual = n * d * 4 * 3  # fp32 stream, its normed copy, the block output
+    qkv = n * d * dtype_bytes * 4
+    mlp = n * m * (4 + dtype_bytes)
+    peak_act = residual + max(qkv, mlp)
+    return {"weights": weights, "activations": peak_act, "scores": 0, "total": weights + peak_act}
 
 
 def hv_config(name: str) -> dict:
@@ -451,6 +538,120 @@ def part_diffusers_hv(name: str, steps: int) -> dict:
             "sdpa": "torch.nn.functional.scaled_dot_product_attention with a boolean mask (default backend choice)"}
 
 
+def part_vidax_hv15(name: str, steps: int, attention: str) -> dict:
+    """vidax's HunyuanVideo-1.5 guided step (the pipeline's: :func:`vidax.models.hunyuanvideo15.pipeline.step_hooks`
+    around the transformer, the ``[negative, prompt]`` batch of 2 in one program, the stack under ``lax.scan`` as on
+    an accelerator) on random bf16 parameters made on the device, compiled ahead of time; ``steps`` timed calls after
+    one warm-up."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.core.attention import ran_label, recording
+    from vidax.core.params import abstract_params
+    from vidax.models.hunyuanvideo15.block_loop import compile_whole
+    from vidax.models.hunyuanvideo15.config import HunyuanVideo15TransformerConfig
+    from vidax.models.hunyuanvideo15.pipeline import Guider, step_hooks
+    from vidax.models.hunyuanvideo15.transformer import transformer_specs
+
+    requested, attention = attention, _attention_request(attention)
+    cfg = HunyuanVideo15TransformerConfig(**hv15_config(name))
+    shape = hv15_latent_shape(*HV15_MODELS[name][1])
+    dtype = jnp.bfloat16
+    t0 = time.perf_counter()
+    params, weight_bytes = _device_params(abstract_params(transformer_specs(cfg), dtype))
+    init_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    mask = np.zeros((2, HV15_TEXT_LEN), np.int32)
+    mask[:, :HV15_TEXT_VALID] = 1
+    args = (jnp.asarray(rng.standard_normal(shape, dtype=f32)), jnp.full((1,), 1000.0, jnp.float32),
+            jnp.asarray(rng.standard_normal((2, HV15_TEXT_LEN, cfg.text_embed_dim), dtype=f32)), jnp.asarray(mask),
+            jnp.zeros((2, HV15_GLYPH_LEN, cfg.text_embed_2_dim), jnp.float32),
+            jnp.zeros((2, HV15_GLYPH_LEN), jnp.int32), jnp.zeros((1, shape[1] + 1, *shape[2:]), jnp.float32), None,
+            None)
+    prepare, finish = step_hooks(dtype, Guider({}, HV15_GUIDANCE))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught, recording() as ran:  # a kernel falling back, say
+        warnings.simplefilter("always")
+        compiled = compile_whole(params, args, cfg=cfg, attention=attention, prepare=prepare, finish=finish)
+    compile_s = time.perf_counter() - t0
+    temp, xla_flops = _xla_figures(compiled)
+    first_s, times = _timed_steps(lambda: compiled(params, args, ()).block_until_ready(), steps)
+    peak, limit = _dev_peak()
+    return {"part": "vidax", "model": name, "attention": ran_label(ran, attention), "attention_requested": requested,
+            "warnings": sorted({str(m.message)[:200] for m in caught}), "dtype": "bfloat16",
+            "tokens": hv15_tokens(name), "text_tokens": HV15_TEXT_LEN + HV15_GLYPH_LEN, "text_valid": HV15_TEXT_VALID,
+            "init_s": init_s, "compile_s": compile_s, "first_step_s": first_s, "step_s": times,
+            "peak_device_bytes": peak, "device_bytes_limit": limit, "weight_bytes": weight_bytes,
+            "xla_temp_bytes": temp, "xla_flops": xla_flops, "model_flops": hv15_step_flops(name),
+            "jax": jax.__version__}
+
+
+def part_diffusers_hv15(name: str, steps: int) -> dict:
+    """diffusers' ``HunyuanVideo15Transformer3DModel`` built in bf16 on the device (random init), one guided step as
+    ``HunyuanVideo15Pipeline.__call__`` runs it: the guider's two evaluations (prompt, negative) with the text masks
+    and the text-to-video image stream of 729 zero SigLIP tokens, then ``uncond + s (cond - uncond)``,
+    ``torch.no_grad()``."""
+    import torch
+    from diffusers import HunyuanVideo15Transformer3DModel
+
+    cfg = {**hv15_config(name), "rope_axes_dim": list(hv15_config(name)["rope_axes_dim"])}
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    torch.set_default_dtype(torch.bfloat16)  # built directly in bf16 on the device (all modules bf16)
+    try:
+        with dev:
+            model = HunyuanVideo15Transformer3DModel(**cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    sync()
+    init_s = time.perf_counter() - t0
+    gen = torch.Generator(device=dev).manual_seed(0)
+    bf16 = torch.bfloat16
+    shape = hv15_latent_shape(*HV15_MODELS[name][1])
+    latents = torch.randn(shape, generator=gen, device=dev).to(bf16)
+    x = torch.cat([latents, torch.zeros((1, shape[1] + 1, *shape[2:]), dtype=bf16, device=dev)], dim=1)
+    texts = []
+    for _ in range(2):  # prompt, negative
+        pe = torch.randn((1, HV15_TEXT_LEN, cfg["text_embed_dim"]), generator=gen, device=dev).to(bf16)
+        mask = (torch.arange(HV15_TEXT_LEN, device=dev) < HV15_TEXT_VALID)[None].to(bf16)  # the pipeline casts it
+        pe2 = torch.zeros((1, HV15_GLYPH_LEN, cfg["text_embed_2_dim"]), dtype=bf16, device=dev)
+        texts.append((pe, mask, pe2, torch.zeros((1, HV15_GLYPH_LEN), dtype=bf16, device=dev)))
+    image = torch.zeros((1, HV15_IMAGE_TOKENS, cfg["image_embed_dim"]), dtype=bf16, device=dev)
+    t = torch.full((1,), 1000.0, device=dev).to(bf16)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        preds = []
+        with torch.no_grad():
+            for context, (pe, mask, pe2, mask2) in zip(("pred_cond", "pred_uncond"), texts):
+                with model.cache_context(context):
+                    preds.append(model(hidden_states=x, image_embeds=image, timestep=t, encoder_hidden_states=pe,
+                                       encoder_attention_mask=mask, encoder_hidden_states_2=pe2,
+                                       encoder_attention_mask_2=mask2, return_dict=False)[0])
+            cond, uncond = preds
+            out = uncond + HV15_GUIDANCE * (cond - uncond)
+        sync()
+        return out
+
+    first_s, times = _timed_steps(step, steps)
+    import diffusers
+
+    return {"part": "diffusers", "model": name, "dtype": "bfloat16", "tokens": hv15_tokens(name),
+            "text_tokens": HV15_TEXT_LEN + HV15_GLYPH_LEN + HV15_IMAGE_TOKENS, "text_valid": HV15_TEXT_VALID,
+            "init_s": init_s, "first_step_s": first_s, "step_s": times,
+            "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else 0,
+            "device": str(dev), "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "model_flops": hv15_step_flops(name, HV15_TEXT_LEN + HV15_GLYPH_LEN + HV15_IMAGE_TOKENS),
+            "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "sdpa": "torch.nn.functional.scaled_dot_product_attention with a boolean mask (default backend choice)"}
+
+
 def part_estimate() -> dict:
     out = {}
     for name in BENCH_MODELS:
@@ -460,11 +661,17 @@ def part_estimate() -> dict:
     for name in HV_BENCH_MODELS:
         for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
             out[f"{name}/{dt}/fused"] = hv_estimate(name, nbytes)
+    for name in HV15_BENCH_MODELS:
+        for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
+            out[f"{name}/{dt}/fused"] = hv15_estimate(name, nbytes)
     return {"part": "estimate", "estimates": out,
-            "params": {**{n: param_count(n) for n in BENCH_MODELS}, **{n: hv_param_count(n) for n in HV_BENCH_MODELS}},
+            "params": {**{n: param_count(n) for n in BENCH_MODELS}, **{n: hv_param_count(n) for n in HV_BENCH_MODELS},
+                       **{n: hv15_param_count(n) for n in HV15_BENCH_MODELS}},
             "model_flops": {**{n: step_flops(n) for n in BENCH_MODELS},
-                            **{n: hv_step_flops(n) for n in HV_BENCH_MODELS}},
-            "tokens": {**{n: tokens(n) for n in BENCH_MODELS}, **{n: hv_tokens(n) for n in HV_BENCH_MODELS}}}
+                            **{n: hv_step_flops(n) for n in HV_BENCH_MODELS},
+                            **{n: hv15_step_flops(n) for n in HV15_BENCH_MODELS}},
+            "tokens": {**{n: tokens(n) for n in BENCH_MODELS}, **{n: hv_tokens(n) for n in HV_BENCH_MODELS},
+                       **{n: hv15_tokens(n) for n in HV15_BENCH_MODELS}}}
 
 
 def machine_env() -> dict:
@@ -511,7 +718,9 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
             f"{env.get('versions', '')}) and `python bench/gpu_step.py report <results>` here, {env.get('date', '?')}.",
             f"Random bf16 weights built on the device (speed does not depend on values); Wan: CFG batch 2; "
             f"HunyuanVideo: one evaluation per step (embedded guidance), {HV_TEXT_LEN} text tokens of which "
-            f"{HV_TEXT_VALID} valid; measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)."
+            f"{HV_TEXT_VALID} valid; HunyuanVideo-1.5: CFG batch 2, {HV15_TEXT_LEN} Qwen tokens of which "
+            f"{HV15_TEXT_VALID} valid and {HV15_GLYPH_LEN} byT5 tokens (diffusers adds {HV15_IMAGE_TOKENS} masked "
+            f"image tokens); measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)."
             if rate else "No matmul rate measured.",
         ]
     else:
@@ -520,7 +729,7 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
                   "Until then: the memory estimate of `python bench/gpu_step.py estimate`."]
     lines += ["", "| model | engine | attention | compile s | step s (median) | MFU vs measured matmul | peak device GiB |",
               "|---|---|---|---|---|---|---|"]
-    for name in BENCH_MODELS + HV_BENCH_MODELS if ran else ():
+    for name in BENCH_MODELS + HV_BENCH_MODELS + HV15_BENCH_MODELS if ran else ():
         keys = sorted(k for k in res if k.startswith(f"vidax-{name}")) or [f"vidax-{name}"]
         for key in keys + [f"diffusers-{name}"]:
             eng = key.split("-")[0]
@@ -557,7 +766,8 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
     if est:
         p = res["estimate"]
         lines += ["", "Sizes: " + "; ".join(
-            f"{n}: {p['params'][n] / 1e9:.2f} B parameters, {p['tokens'][n]} {'video ' if n in HV_MODELS else ''}"
+            f"{n}: {p['params'][n] / 1e9:.2f} B parameters, "
+            f"{p['tokens'][n]} {'video ' if n in HV_MODELS or n in HV15_MODELS else ''}"
             f"tokens, {p['model_flops'][n] / 1e15:.2f} PFLOP per {'step' if n in HV_MODELS else 'guided step'}"
             for n in p["params"]) + "."]
         lines += ["", "Memory estimate before the run (weights + largest live activations, GiB; H200 has ~139):", "",
@@ -582,7 +792,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("part", choices=["matmul", "vidax", "diffusers", "estimate", "report"])
     p.add_argument("results", nargs="?", help="report: the folder of JSON files")
-    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS), default="1.3b-480p")
+    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS) + sorted(HV15_MODELS), default="1.3b-480p")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--attention", default="chunked",
                    help="vidax attention_impl: xla, chunked, or a kernel the engine has (e.g. cudnn)")
@@ -598,16 +808,18 @@ def main(argv=None) -> int:
     name = {"matmul": "matmul", "estimate": "estimate"}.get(args.part, f"{args.part}-{args.model}")
     if args.part == "vidax":
         name += f"-{args.attention}"
-    hv = args.model in HV_MODELS
+    hv, hv15 = args.model in HV_MODELS, args.model in HV15_MODELS
     try:
         if args.part == "matmul":
             r = part_matmul()
         elif args.part == "estimate":
             r = part_estimate()
         elif args.part == "vidax":
-            r = (part_vidax_hv if hv else part_vidax)(args.model, args.steps, args.attention)
+            run = part_vidax_hv15 if hv15 else part_vidax_hv if hv else part_vidax
+            r = run(args.model, args.steps, args.attention)
         else:
-            r = (part_diffusers_hv if hv else part_diffusers)(args.model, args.steps)
+            run = part_diffusers_hv15 if hv15 else part_diffusers_hv if hv else part_diffusers
+            r = run(args.model, args.steps)
     except Exception as e:  # keep the other parts' results: record the failure
         import traceback
 

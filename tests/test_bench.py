@@ -65,6 +65,22 @@ def test_compare_configs_are_consistent():
 
     gpu = gpu_step.hv_config("hv-720p")
     assert all(gpu[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items())
+    # config f: HunyuanVideo-1.5 8.3B width (2048 = 16 x 128), the real text widths, components that fit each other
+    f = CONFIGS["f"]
+    t, q, g = f.transformer, f.text["qwen"], f.text["t5"]
+    assert f.family == "hunyuanvideo-1.5" and FAMILIES["hunyuanvideo-1.5"].cfg_halves == 2
+    assert t["num_attention_heads"] == 16 and t["attention_head_dim"] == 128 and t["mlp_ratio"] == 4.0
+    assert sum(t["rope_axes_dim"]) == t["attention_head_dim"] and list(t["rope_axes_dim"]) == [16, 56, 56]
+    assert 2 <= t["num_layers"] < 54 and t["num_refiner_layers"] == 2 and t["image_embed_dim"] == 1152
+    assert t["text_embed_dim"] == q["hidden_size"] == 3584 and q["hidden_size"] // q["num_attention_heads"] == 128
+    assert sum(q["rope_scaling"]["mrope_section"]) == 64 and q["num_hidden_layers"] > 2  # hidden_states[-3] runs
+    assert t["text_embed_2_dim"] == g["d_model"] == 1472
+    assert t["in_channels"] == 2 * f.vae["latent_channels"] + 1 and t["out_channels"] == f.vae["latent_channels"] == 32
+    assert f.vae["block_out_channels"][-1] % (2 * f.vae["latent_channels"]) == 0
+    # 5x128x128 -> latents (1, 32, 2, 8, 8), patch 1
+    assert FAMILIES["hunyuanvideo-1.5"].tokens(f, *f.base) == 128
+    gpu = gpu_step.hv15_config("hv15-720p")
+    assert all(gpu[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items())
 
 
 def test_gpu_step_flops_and_estimates():
@@ -79,6 +95,9 @@ def test_gpu_step_flops_and_estimates():
     # HunyuanVideo at 1280x720, 129 frames: latents (33, 90, 160), patches of 2x2
     assert gpu_step.hv_tokens("hv-720p") == 33 * 45 * 80
     assert gpu_step.hv_estimate("hv-720p")["total"] < 139 * 2**30
+    # HunyuanVideo-1.5 at 1280x720, 121 frames: latents (31, 45, 80), patch 1
+    assert gpu_step.hv15_tokens("hv15-720p") == 31 * 45 * 80
+    assert gpu_step.hv15_estimate("hv15-720p")["total"] < 139 * 2**30
 
 
 def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
@@ -95,6 +114,16 @@ def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
             ref = sum(p.numel() for p in HunyuanVideoTransformer3DModel(**cfg).parameters())
         assert gpu_step.hv_param_count(name) == ref, name
     assert abs(gpu_step.hv_param_count("hv-13b") / 12.8e9 - 1) < 0.01  # "HunyuanVideo 13B": 12.8 B parameters
+    from diffusers import HunyuanVideo15Transformer3DModel
+
+    for name in ("hv15-720p", "hv15-8.3b"):
+        cfg = {**gpu_step.hv15_config(name), "rope_axes_dim": list(gpu_step.hv15_config(name)["rope_axes_dim"])}
+        with torch.device("meta"):
+            ref = sum(p.numel() for p in HunyuanVideo15Transformer3DModel(**cfg).parameters())
+        assert gpu_step.hv15_param_count(name) == ref, name
+    with torch.device("meta"):  # the full depth is the release: diffusers' defaults
+        assert gpu_step.hv15_param_count("hv15-8.3b") == sum(
+            p.numel() for p in HunyuanVideo15Transformer3DModel().parameters())
 
 
 def test_compile_study_unrolled_matches_scan():
@@ -190,6 +219,32 @@ def test_gpu_step_hunyuanvideo_parts_run_on_a_tiny_model(tmp_path):
     assert "hv-720p: 1.61 B parameters, 118800 video tokens" in text and "| hv-720p/bfloat16/fused |" in text
 
 
+def test_gpu_step_hunyuanvideo15_parts_run_on_a_tiny_model(tmp_path):
+    """The GPU script's HunyuanVideo-1.5 parts (vidax and diffusers) against the engines' current APIs, on a tiny model
+    on the CPU; the report renders their rows."""
+    pytest.importorskip("diffusers")
+    from bench import gpu_step
+
+    res = tmp_path / "res"
+    res.mkdir()
+    for part in ("vidax", "diffusers"):
+        args = [part, "--model", "hv15-tiny", "--steps", "1", "--out-dir", str(res)]
+        assert gpu_step.main(args + (["--attention", "auto"] if part == "vidax" else [])) == 0
+    v = json.loads((res / "vidax-hv15-tiny-auto.json").read_text())
+    d = json.loads((res / "diffusers-hv15-tiny.json").read_text())
+    for r in (v, d):
+        assert len(r["step_s"]) == 1 and r["tokens"] == 3 * 4 * 4 and r["model_flops"] > 0 and r["weight_bytes"] > 0
+    assert v["text_tokens"] == 1256 and d["text_tokens"] == 1256 + 729 and d["model_flops"] > v["model_flops"]
+    for r, name in ((v, "vidax-hv15-720p-auto.json"), (d, "diffusers-hv15-720p.json")):
+        (res / name).write_text(json.dumps({**r, "model": "hv15-720p"}))
+    (res / "matmul.json").write_text(json.dumps({"tflops": 700.0, "device": "cuda:0"}))
+    docs = tmp_path / "benchmarks.md"
+    gpu_step.report(res, docs)
+    text = docs.read_text()
+    assert f"| hv15-720p | vidax | {v['attention']} (auto) |" in text and "| hv15-720p | diffusers | sdpa |" in text
+    assert "hv15-720p: 0.47 B parameters, 111600 video tokens" in text
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
     """``GPU_BENCH_DRY_RUN=1 bash bench/gpu.sh`` runs nothing and prints each part's command: all of them parse with
@@ -215,9 +270,13 @@ def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
     hv = parts("hv")
     assert [a.part for a in hv] == ["matmul", "diffusers", "vidax"] and hv[2].model == "hv-720p"
     assert not any(a.model.startswith("hv") for a in parts("wan13 wan14"))
+    hv15 = parts("hv15")  # not in the default run (8 files): asked for by name
+    assert [(a.part, a.model) for a in hv15] == [("matmul", "1.3b-480p"), ("diffusers", "hv15-720p"),
+                                                 ("vidax", "hv15-720p")] and hv15[2].attention == "auto"
+    assert not any(a.model.startswith("hv15") for a in every)
 
 
-@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo"])
+@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo", "hunyuanvideo-1.5"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
     gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
@@ -228,6 +287,9 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     fam = compare.FAMILIES[family]
     # LTX latents have 128 channels in every release (the bench's latent shape); the demo's tiny default is 16.
     overrides = ({"in_channels": 128, "out_channels": 128}, {"latent_channels": 128}) if family == "ltx" else ({}, {})
+    if family == "hunyuanvideo-1.5":  # the release's 32 latent channels (the demo's tiny default is 4)
+        overrides = ({"in_channels": 65, "out_channels": 32},
+                     {"latent_channels": 32, "block_out_channels": [8, 8, 16, 16, 64]})
     tiny = compare.BenchConfig("tiny", family, overrides[0], overrides[1], {}, base=(9, 64, 64), sweep=((9, 64, 64),))
     folder = tmp_path / "ckpt"
     if family == "cogvideox":
@@ -253,7 +315,7 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
         raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
         assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
-    if family == "hunyuanvideo":  # both decode to [0, 1] frames (B, F, H, W, 3)
+    if family in ("hunyuanvideo", "hunyuanvideo-1.5"):  # both decode to [0, 1] frames (B, F, H, W, 3)
         assert videos["vidax"].shape == videos["diffusers"].shape == (1, 9, 64, 64, 3)
         assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
 

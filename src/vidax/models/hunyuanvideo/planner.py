@@ -58,11 +58,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from vidax.core.attention import AttentionImpl, resolve_implementation
 from vidax.core.offload import ChunkPlan
-from vidax.core.parallel import padded_length, sequence_mode
-from vidax.core.params import SpecTree, abstract_params, flatten
-from vidax.core.planner import (Estimate, Split, compiled_bytes, compiler_options, format_bytes, format_table,
-                                planning_devices, recommend, sharded_bytes)
-from vidax.core.sharding import divisors, make_mesh
+from vidax.core.params import abstract_params, flatten
+from vidax.core.planner import (Estimate, PipelinePlan, Split, chunk_of, compiled_bytes, compiler_options,
+                                format_bytes, joint_comm_bytes, layer_bytes, plan_candidates, planning_devices, recommend,
+                                sharded_bytes, step_compiler_options, weight_bytes, with_shardings)
+from vidax.core.planner import candidate_splits as _candidate_splits
+from vidax.core.planner import default_chunks as _default_chunks
+from vidax.core.sharding import make_mesh
 from vidax.encoders.clip import CLIPVisionConfig
 from vidax.encoders.clip_text import CLIPTextConfig, clip_text_specs
 from vidax.encoders.llama import LlamaConfig, llama_specs
@@ -158,11 +160,6 @@ def folder_architecture(folder: str | Path) -> HunyuanVideoModel:
 
 
 # -- weights ---------------------------------------------------------------------------------------------------------
-
-
-def weight_bytes(specs: SpecTree, dtype: Any) -> int:
-    """Bytes of a spec tree's weights in ``dtype`` (float32-pinned leaves at 4 bytes)."""
-    return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for _, a in flatten(abstract_params(specs, dtype)))
 
 
 def parameter_counts(cfg: HunyuanVideoTransformerConfig) -> dict[str, int]:
@@ -296,67 +293,28 @@ def latent_shape(cfg: HunyuanVideoTransformerConfig, height: int, width: int, nu
 
 def candidate_splits(cfg: HunyuanVideoTransformerConfig, devices: int, batch: int) -> list[tuple[int, int, int]]:
     """Every ``(dp, tp, sp)`` with ``dp * tp * sp == devices`` the model runs: dp divides the transformer batch (2 x
-    prompts with true CFG), tp the head count and the MLP width; any sp (both token streams are padded)."""
-    out = []
-    for dp in divisors(devices):
-        if batch % dp:
-            continue
-        for tp in divisors(devices // dp):
-            if cfg.num_attention_heads % tp or cfg.mlp_dim % tp:
-                continue
-            out.append((dp, tp, devices // (dp * tp)))
-    return out
+    prompts with true CFG), tp the head count and the MLP width; any sp (both token streams are padded)
+    (:func:`vidax.core.planner.candidate_splits`)."""
+    return _candidate_splits(devices, batch, cfg.num_attention_heads, cfg.mlp_dim)
 
 
 def default_chunks(cfg: HunyuanVideoTransformerConfig) -> list[int]:
-    """Offload chunk sizes to try: sizes that divide both stacks, up to half the larger one, thinned to roughly halving
-    steps from the largest (the 13B's 20 and 40 blocks: 20, 10, 5, 2, 1; 20 is the paper's "20/40")."""
-    common = math.gcd(cfg.num_layers, cfg.num_single_layers)
-    top = max(cfg.num_layers, cfg.num_single_layers) // 2
-    out: list[int] = []
-    for d in sorted((d for d in divisors(common) if d <= top), reverse=True):
-        if not out or d <= out[-1] / 2 or d == 1:
-            out.append(d)
-    return out
+    """Offload chunk sizes to try, one for both stacks (:func:`vidax.core.planner.default_chunks`; the 13B's 20 and 40
+    blocks: 20, 10, 5, 2, 1; 20 is the paper's "20/40")."""
+    return _default_chunks(cfg.num_layers, cfg.num_single_layers)
 
 
 def comm_bytes(cfg: HunyuanVideoTransformerConfig, batch: int, tokens: int, text_tokens: int, dtype, dp: int,
                tp: int, sp: int) -> int:
-    """Bytes one device sends per step in the block stacks (the cost model's communication term).
-
-    Per block, over the joint rows (video and text, each padded to a multiple of sp and split over it): tensor
-    parallelism all-reduces float32 ``(B/dp, rows/sp, dim)`` partial sums (a ring sends ``2 (tp-1)/tp`` of the
-    buffer): two per dual-stream block (attention and feed-forward outputs), one per single-stream block (its one
-    output projection); Ulysses sends ``(sp-1)/sp`` of q, k, v and the attention output ``(B/dp, rows/sp, dim/tp)`` in
-    the weight dtype (the key/value all-gather mode sends ``sp - 1`` times k and v instead); dp sends nothing. The
-    AdaLN gathers (``B x 6 dim`` per block) are negligible.
-    """
-    b = batch // dp
-    rows = (padded_length(tokens, sp) + padded_length(text_tokens, sp)) // sp
-    w = np.dtype(dtype).itemsize
-    reduce = 2 * (tp - 1) / tp * b * rows * cfg.dim * 4 if tp > 1 else 0.0
-    seq = 0.0
-    if sp > 1:
-        part = b * rows * (cfg.dim // tp) * w
-        seq = (4 * (sp - 1) / sp if sequence_mode(cfg.num_attention_heads // tp, sp) == "ulysses"
-               else 2 * (sp - 1)) * part
-    return int(cfg.num_layers * (2 * reduce + seq) + cfg.num_single_layers * (reduce + seq))
+    """Bytes one device sends per step in the two block stacks (the cost model's communication term): the joint rows
+    of video and text tokens through 20 dual-stream and 40 single-stream blocks
+    (:func:`vidax.core.planner.joint_comm_bytes`)."""
+    return joint_comm_bytes(dim=cfg.dim, heads=cfg.num_attention_heads, dual_layers=cfg.num_layers,
+                            single_layers=cfg.num_single_layers, batch=batch, tokens=tokens, text_tokens=text_tokens,
+                            dtype=dtype, dp=dp, tp=tp, sp=sp)
 
 
 # -- compiling the step ----------------------------------------------------------------------------------------------
-
-
-def step_compiler_options(platform: str, dtype: Any) -> dict | None:
-    """XLA options of the planner's step compilations: :func:`vidax.core.planner.compiler_options`, and on CPU for
-    weights below float32 ``while-loop-invariant-code-motion`` disabled (the module docstring)."""
-    options = compiler_options(platform)
-    if platform == "cpu" and np.dtype(dtype).itemsize < 4:
-        options = {**options, "xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
-    return options
-
-
-def _abstract(tree, shardings):
-    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
 
 
 def _inputs(cfg, mesh, shape, text_tokens, dtype, guided):
@@ -409,7 +367,7 @@ def estimate_split(cfg: HunyuanVideoTransformerConfig, dp: int, tp: int, sp: int
     dtype = jnp.dtype(dtype)
     mesh = make_mesh(dp, tp, sp, devices=list(devices))
     specs = transformer_specs(cfg)
-    params = _abstract(abstract_params(specs, dtype), HUNYUAN_VIDEO_RULES.param_shardings(specs, mesh))
+    params = with_shardings(abstract_params(specs, dtype), HUNYUAN_VIDEO_RULES.param_shardings(specs, mesh))
     inp = _inputs(cfg, mesh, shape, text_tokens, dtype, guided)
     args = tuple(inp[k] for k in ("x", "t", "context", "mask", "pooled", "guidance", "true_cfg"))
     batch = shape[0] * (2 if guided else 1)
@@ -434,16 +392,9 @@ def estimate_split(cfg: HunyuanVideoTransformerConfig, dp: int, tp: int, sp: int
         res = {k: v for k, v in params.items() if k not in STACKS.values()}
         r_bytes, in_bytes = sharded_bytes(res), sharded_bytes(inp)
 
-        def layer(stack):  # one block of a stack, per device
-            return sharded_bytes(jax.tree.map(lambda a: jax.ShapeDtypeStruct(
-                a.shape[1:], a.dtype, sharding=NamedSharding(mesh, PartitionSpec(*tuple(a.sharding.spec)[1:]))),
-                params[stack]))
-
-        layers = {kind: layer(STACKS[kind]) for kind in KINDS}
+        layers = {kind: layer_bytes(params[STACKS[kind]]) for kind in KINDS}  # one block of a stack, per device
         for n in chunks:
-            abstract_chunks = {kind: jax.tree.map(lambda a: jax.ShapeDtypeStruct((n, *a.shape[1:]), a.dtype,
-                                                                                  sharding=a.sharding),
-                                                  params[STACKS[kind]]) for kind in KINDS}
+            abstract_chunks = {kind: chunk_of(params[STACKS[kind]], n) for kind in KINDS}
             pro_c, programs, epi_c = compile_pieces(
                 res, abstract_chunks, *args, cfg=cfg, attention=impl, guided=guided, mesh=mesh,
                 rules=HUNYUAN_VIDEO_RULES, compiler_options=options)
@@ -465,52 +416,10 @@ def estimate_split(cfg: HunyuanVideoTransformerConfig, dp: int, tp: int, sp: int
 # -- the plan ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class HunyuanVideoPlan:
-    """The planner's result.
-
-    Attributes:
-      estimates: every candidate's :class:`~vidax.core.planner.Estimate` (per device; the first device's phases).
-      recommended: the fastest that fits (None: none fits).
-      budget_bytes: per-device memory budget (None: not checked), reserve_bytes: kept free.
-      target: what was compiled on (:func:`vidax.core.planner.planning_devices`).
-      seconds: planning time.
-      settings: the planned run (sizes, dtype, tokens, attention) and the first device's other figures.
-    """
-
-    estimates: list[Estimate]
-    recommended: Estimate | None
-    budget_bytes: int | None
-    reserve_bytes: int
-    target: str
-    seconds: float
-    settings: dict = field(default_factory=dict)
-    #: what ``vidax plan`` prints after the report (the scope of the figures).
-    scope: str = ("(the whole pipeline: the transformer step on every device; the text encoders, the VAE weights and "
-                  "its decode on the first device; --reserve-gb keeps room for anything else)")
-
-    def report(self) -> str:
-        """The printed report: settings, the first device's other figures, one row per split, the recommendation."""
-        s = self.settings
-        lines = [f"vidax plan: {s.get('model') or 'HunyuanVideo transformer'} {s['width']}x{s['height']}, "
-                 f"{s['num_frames']} frames ({s['tokens']} video + {s['text_tokens']} text tokens x {s['batch']}), "
-                 f"{s['dtype']} weights, attention {s['attention']}; compiled on {self.target} in {self.seconds:.1f}s",
-                 "per-device peak = arguments + outputs + temporaries - aliased, from compiled.memory_analysis(); "
-                 "the first device also holds:"]
-        for name, note in s.get("first_device_notes", []):
-            lines.append(f"  {name}: {note}")
-        lines += format_table(self.estimates, self.budget_bytes, self.reserve_bytes)
-        if self.recommended is None:
-            fitting = [e for e in self.estimates if e.error is None]
-            best = min(fitting, key=lambda e: e.peak_bytes) if fitting else None
-            lines.append("recommended: none fits" + (f"; the smallest peak is {best.split.label()} "
-                                                    f"({format_bytes(best.peak_bytes)})" if best else ""))
-            if best is not None and best.phases.get("vae decode", 0) == best.peak_bytes and not s.get("vae_tiling"):
-                lines.append("  (the VAE decode is that peak: decode in spatial tiles, --vae-tiling)")
-        else:
-            lines.append(f"recommended: {self.recommended.split.label()} "
-                         f"(peak {format_bytes(self.recommended.peak_bytes)} per device)")
-        return "\n".join(lines)
+#: The planner's result (:class:`vidax.core.planner.PipelinePlan`: the whole pipeline, the report).
+HunyuanVideoPlan = PipelinePlan
+#: What the report says when no split fits and the VAE decode without spatial tiles is the smallest peak.
+DECODE_HINT = "the VAE decode is that peak: decode in spatial tiles, --vae-tiling"
 
 
 def plan_hunyuanvideo(model: HunyuanVideoModel | HunyuanVideoTransformerConfig, *, height: int, width: int,
@@ -587,28 +496,16 @@ def plan_hunyuanvideo(model: HunyuanVideoModel | HunyuanVideoTransformerConfig, 
                   f"{format_bytes(decode['peak'])} in tiles of {decode['tile'][0]} latent frames x "
                   f"{decode['tile'][1]}x{decode['tile'][2]} latents"
                   + ("" if vae_tiling else " (no spatial tiles: --vae-tiling for less)"))]
-    estimates: list[Estimate] = []
-    passes = [(True, [])] + ([(False, chunks)] if chunks else []) if offload_if_needed else [(True, chunks)]
-    for resident, sizes in passes:
-        if not resident and any(e.fits for e in estimates):
-            break  # a resident split fits: it outranks every offloaded one
-        for dp, tp, sp in splits:
-            ts = time.perf_counter()
-            try:
-                est = estimate_split(cfg, dp, tp, sp, devs, shape=shape, text_tokens=text_tokens, dtype=dtype,
-                                     guided=true_cfg, chunks=sizes, resident=resident, attention=impl,
-                                     overlap=overlap, first_device=extra)
-            except Exception as e:  # one split failing to compile must not hide the others
-                est = [Estimate(Split(dp, tp, sp), error=f"{type(e).__name__}: {e}")]
-            for e in est:
-                if memory_bytes is not None and e.error is None:
-                    e.fits = e.peak_bytes + reserve_bytes <= memory_bytes
-            estimates += est
-            if log:
-                log(f"  dp={dp} tp={tp} sp={sp}: {len(est)} configurations compiled in {time.perf_counter() - ts:.1f}s")
+    estimates = plan_candidates(
+        splits, lambda dp, tp, sp, **kw: estimate_split(
+            cfg, dp, tp, sp, devs, shape=shape, text_tokens=text_tokens, dtype=dtype, guided=true_cfg, attention=impl,
+            overlap=overlap, first_device=extra, **kw),
+        chunks=chunks, memory_bytes=memory_bytes, reserve_bytes=reserve_bytes, offload_if_needed=offload_if_needed,
+        log=log)
     settings = dict(model=model_name, height=height, width=width, num_frames=num_frames, dtype=str(jnp.dtype(dtype)),
                     tokens=num_tokens(cfg, shape), text_tokens=text_tokens, batch=batch, attention=impl.value,
-                    devices=devices, vae_tiling=bool(vae_tiling), first_device_notes=notes)
+                    devices=devices, vae_tiling=bool(vae_tiling), first_device_notes=notes,
+                    default_model="HunyuanVideo transformer", decode_hint=None if vae_tiling else DECODE_HINT)
     return HunyuanVideoPlan(estimates, recommend(estimates), memory_bytes, reserve_bytes, target,
                             time.perf_counter() - t0, settings)
 

@@ -129,19 +129,66 @@ def compile_step(params: dict, stacks: dict[str, OffloadedStack] | None, args: t
     Raises:
       ValueError: inputs of the wrong shape or a mesh the model cannot use (at compile time, before anything runs).
     """
-    prepare = prepare or _identity_prepare
-    finish = finish or _identity_finish
-    impl = AttentionImpl(attention)
     if not stacks:
-        def whole(params, args, finish_args):
-            inputs = prepare(*args)
-            out = forward(params, *inputs, cfg=cfg, attention_impl=impl, mesh=mesh, rules=rules)
-            return replicated(finish(out, *finish_args), mesh)
-
-        program = jax.jit(whole).lower(params, args, finish_args).compile(compiler_options)
+        program = compile_whole(params, args, finish_args, cfg=cfg, attention=attention, prepare=prepare,
+                                finish=finish, mesh=mesh, rules=rules, compiler_options=compiler_options)
         return lambda params, args, finish_args=(): program(params, args, finish_args)
 
     stack = stacks[STACK]
+    pro_c, program, epi_c = compile_pieces(params, stack.abstract_chunk(), args, finish_args, cfg=cfg,
+                                           attention=attention, prepare=prepare, finish=finish, mesh=mesh,
+                                           rules=rules, compiler_options=compiler_options)
+
+    def step(params, args, finish_args=()):
+        xs, cs, inputs = pro_c(params, args)
+        xs, _ = stream(stack, lambda chunk, carry: program(chunk, *carry, inputs), (xs, cs), overlap=overlap,
+                       timings=timings)
+        return epi_c(params, xs, inputs.temb, finish_args)
+
+    return step
+
+
+def compile_whole(params: dict, args: tuple, finish_args: tuple = (), *, cfg: HunyuanVideo15TransformerConfig,
+                  attention: AttentionImpl | str = AttentionImpl.XLA,
+                  prepare: Callable[..., TransformerInputs] | None = None, finish: Callable | None = None,
+                  mesh: Mesh | None = None, rules: ShardingRules = HUNYUAN_VIDEO15_RULES,
+                  compiler_options: dict | None = None):
+    """The resident step as one compiled program (the block stack under ``lax.scan``): ``program(params, args,
+    finish_args)``. Arguments as :func:`compile_step`'s (``params`` with the stack; arrays or abstract); the
+    planner reads its ``memory_analysis()``."""
+    prepare = prepare or _identity_prepare
+    finish = finish or _identity_finish
+    impl = AttentionImpl(attention)
+
+    def whole(params, args, finish_args):
+        inputs = prepare(*args)
+        out = forward(params, *inputs, cfg=cfg, attention_impl=impl, mesh=mesh, rules=rules)
+        return replicated(finish(out, *finish_args), mesh)
+
+    return jax.jit(whole).lower(params, args, finish_args).compile(compiler_options)
+
+
+def compile_pieces(params: dict, chunk: dict, args: tuple, finish_args: tuple = (), *,
+                   cfg: HunyuanVideo15TransformerConfig, attention: AttentionImpl | str = AttentionImpl.XLA,
+                   prepare: Callable[..., TransformerInputs] | None = None, finish: Callable | None = None,
+                   mesh: Mesh | None = None, rules: ShardingRules = HUNYUAN_VIDEO15_RULES,
+                   compiler_options: dict | None = None):
+    """The chunked step's three programs, compiled ahead of time (the pipeline's step and the planner, on abstract
+    arguments).
+
+    Args:
+      params: the parameters outside the block stack; chunk: one chunk of the stack in device memory, concrete or
+        abstract (:meth:`vidax.core.offload.OffloadedStack.abstract_chunk`), its leading axis the chunk size.
+      Others: as :func:`compile_step`.
+
+    Returns:
+      ``(prologue, program, epilogue)``: ``prologue(params, args) -> (x, c, inputs)``; ``program(chunk, x, c,
+      inputs) -> (x, c)`` (``x``, ``c`` donated; :func:`chunk_function`); ``epilogue(params, x, inputs.temb,
+      finish_args) -> finish(prediction, *finish_args)``.
+    """
+    prepare = prepare or _identity_prepare
+    finish = finish or _identity_finish
+    impl = AttentionImpl(attention)
     stream_s, inputs_s = mmdit.io_shardings(mesh, rules)
 
     def prologue(params, args):
@@ -158,21 +205,14 @@ def compile_step(params: dict, stacks: dict[str, OffloadedStack] | None, args: t
     x_ab, c_ab = abstract(xs, stream_s), abstract(cs, stream_s)
     in_ab = jax.tree.map(abstract, ins, inputs_s)
     program = chunk_function(cfg, impl, mesh, rules, num_tokens(cfg, latent_shape)).lower(
-        stack.abstract_chunk(), x_ab, c_ab, in_ab).compile(compiler_options)
+        chunk, x_ab, c_ab, in_ab).compile(compiler_options)
 
     def epilogue(params, x, temb, finish_args):
         out = forward_epilogue(params, x, temb, cfg=cfg, latent_shape=latent_shape)
         return replicated(finish(out, *finish_args), mesh)
 
     epi_c = jax.jit(epilogue).lower(params, x_ab, in_ab.temb, finish_args).compile(compiler_options)
-
-    def step(params, args, finish_args=()):
-        xs, cs, inputs = pro_c(params, args)
-        xs, _ = stream(stack, lambda chunk, carry: program(chunk, *carry, inputs), (xs, cs), overlap=overlap,
-                       timings=timings)
-        return epi_c(params, xs, inputs.temb, finish_args)
-
-    return step
+    return pro_c, program, epi_c
 
 
 def loop_name(stacks: dict[str, OffloadedStack] | None) -> str:
@@ -191,5 +231,5 @@ def stacked_tree(params: dict, stacks: dict[str, OffloadedStack] | None) -> dict
     return {**params, **{name: s.stacked() for name, s in (stacks or {}).items()}}
 
 
-__all__ = ["TransformerInputs", "block_metrics", "chunk_function", "compile_step", "loop_name", "plans_for",
-           "stacked_tree"]
+__all__ = ["TransformerInputs", "block_metrics", "chunk_function", "compile_pieces", "compile_step", "compile_whole",
+           "loop_name", "plans_for", "stacked_tree"]

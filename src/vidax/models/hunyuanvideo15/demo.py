@@ -82,9 +82,11 @@ def _corpus() -> list[str]:
     return [" ".join(words[i:i + 6]) for i in range(0, len(words), 3)] + [SYSTEM_MESSAGE] * 4
 
 
-def write_text_encoders(folder: Path, rng: np.random.Generator) -> None:
+def write_text_encoders(folder: Path, rng: np.random.Generator, qwen_overrides: dict | None = None,
+                        t5_overrides: dict | None = None) -> None:
     """``tokenizer/`` (Qwen2 BPE with the Qwen2.5-VL special tokens), ``text_encoder/`` (``Qwen2_5_VLTextModel``),
-    ``tokenizer_2/`` (``ByT5Tokenizer``), ``text_encoder_2/`` (``T5EncoderModel``, byT5-shaped)."""
+    ``tokenizer_2/`` (``ByT5Tokenizer``), ``text_encoder_2/`` (``T5EncoderModel``, byT5-shaped); the overrides replace
+    config.json values of the two encoders (e.g. the release's widths, 3584 and 1472, for benchmarks)."""
     from vidax.encoders import llama
     from vidax.encoders.qwen2_5_vl import config_from_dict
     from vidax.encoders.qwen2_tokenizer import Qwen2Tokenizer, write_qwen2_tokenizer
@@ -97,14 +99,15 @@ def write_text_encoders(folder: Path, rng: np.random.Generator) -> None:
             "max_position_embeddings": 2048, "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]},
             "rope_theta": 1000000.0, "use_sliding_window": False, "attention_dropout": 0.0, "torch_dtype": "float32",
             "bos_token_id": tok.token_to_id("<|endoftext|>"), "eos_token_id": tok.token_to_id("<|im_end|>"),
-            "transformers_version": TRANSFORMERS_VERSION}
+            "transformers_version": TRANSFORMERS_VERSION, **(qwen_overrides or {})}
     cfg = config_from_dict(qwen)
     save_component(folder / "text_encoder", "model.safetensors",
                    random_state_dict(llama.llama_keymap(cfg), llama.llama_specs(cfg), rng), qwen)
     t5 = {"architectures": ["T5EncoderModel"], "model_type": "t5", "vocab_size": 384, "d_model": GLYPH_WIDTH,
           "d_kv": 8, "d_ff": 2 * GLYPH_WIDTH, "num_layers": 2, "num_heads": 3, "relative_attention_num_buckets": 32,
           "relative_attention_max_distance": 128, "feed_forward_proj": "gated-gelu", "layer_norm_epsilon": 1e-6,
-          "is_encoder_decoder": True, "torch_dtype": "float32", "transformers_version": TRANSFORMERS_VERSION}
+          "is_encoder_decoder": True, "torch_dtype": "float32", "transformers_version": TRANSFORMERS_VERSION,
+          **(t5_overrides or {})}
     t5cfg = T5Config.from_dict(t5)
     save_component(folder / "text_encoder_2", "model.safetensors",
                    random_state_dict(t5_keymap(t5cfg), t5_specs(t5cfg), rng), t5)

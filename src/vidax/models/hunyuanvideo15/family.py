@@ -12,7 +12,7 @@ from typing import Any
 
 from vidax.core import arg_types
 from vidax.models.hunyuanvideo15.presets import PRESETS, VARIANTS
-from vidax.models.registry import Demo, Family, Setting
+from vidax.models.registry import Demo, Family, Plan, Setting
 
 TEMPORAL, MULTIPLE = 4, 16  # the VAE compresses time 4x and space 16x (patch size 1)
 
@@ -91,6 +91,23 @@ def _claims(folder: Path) -> bool:
     return bool(original_variants(folder))
 
 
+def _architecture(preset: Any, folder: Path | None):
+    from vidax.models.hunyuanvideo15.planner import folder_architecture, preset_architecture
+
+    return folder_architecture(folder) if folder is not None else preset_architecture(preset)
+
+
+def _plan(architecture, *, guided: bool = True, model: str | None = None, call: dict | None = None, **kw):
+    """The registry's planner call (:func:`vidax.models.hunyuanvideo15.planner.plan_hunyuanvideo15`). ``guided`` is
+    the CLI's ``guidance_scale > 1``: classifier-free guidance, a batch of two (the CFG-distilled variants' 1.0: one
+    evaluation); an official release's ``variant`` and the VAE's tiling come from the run's settings (``call``)."""
+    from vidax.models.hunyuanvideo15.planner import for_call, plan_hunyuanvideo15
+
+    call = call or {}
+    return plan_hunyuanvideo15(for_call(architecture, call), guided=guided, model_name=model,
+                               vae_tiling=call.get("vae_tiling"), **kw)
+
+
 def _write_demo(folder: Path, task: str) -> Path:
     from vidax.models.hunyuanvideo15.demo import write_demo_checkpoint
 
@@ -131,4 +148,5 @@ FAMILY = Family(
     claims_folder=_claims,
     check=_check,
     resolve=_resolve,
+    plan=Plan(architecture=_architecture, plan=_plan),
 )

@@ -147,6 +147,33 @@ class Guider:
         return pred
 
 
+def step_hooks(dtype: Any, guider: Guider | None):
+    """The pipeline's work around the transformer in a compiled step (``prepare`` in its prologue, ``finish`` in its
+    epilogue; :func:`vidax.models.hunyuanvideo15.block_loop.compile_step`).
+
+    ``prepare(x, timestep, prompt_embeds, prompt_embeds_mask, prompt_embeds_2, prompt_embeds_mask_2, cond,
+    image_embeds, timestep_r)``: the latents ``(B, 32, T, h, w)`` and the condition channels ``(B, 33, T, h, w)``
+    concatenated (``[latents, condition latents, mask]``) in ``dtype``; with a ``guider`` the video inputs doubled
+    for the ``[negative, prompt]`` batch (the text inputs come doubled). ``finish(prediction)``: the guided
+    combination (float32 ``(B, 32, T, h, w)``), or the prediction in float32.
+    """
+    guided = guider is not None
+
+    def prepare(x, t, emb, mask, emb2, mask2, cond, image_embeds, t_r):
+        latents = jnp.concatenate([x, cond], axis=1).astype(dtype)  # [latents, condition latents, mask]
+        if guided:
+            latents, t = jnp.concatenate([latents, latents]), jnp.concatenate([t, t])
+            image_embeds = None if image_embeds is None else jnp.concatenate([image_embeds, image_embeds])
+            t_r = None if t_r is None else jnp.concatenate([t_r, t_r])
+        return TransformerInputs(latents, t, emb.astype(dtype), mask, emb2.astype(dtype), mask2,
+                                 None if image_embeds is None else image_embeds.astype(dtype), t_r)
+
+    def finish(pred):
+        return guider.combine(pred) if guided else pred.astype(jnp.float32)
+
+    return prepare, finish
+
+
 class HunyuanVideo15Pipeline:
     """HunyuanVideo-1.5 text-to-video, loaded once from a diffusers, official-release or converted folder.
 
@@ -309,21 +336,7 @@ class HunyuanVideo15Pipeline:
         Returns:
           ``step(params, args) -> float32 (B, 32, T, h, w)`` (guided when ``guider`` is given).
         """
-        dtype = self.compute_dtype
-        guided = guider is not None
-
-        def prepare(x, t, emb, mask, emb2, mask2, cond, image_embeds, t_r):
-            latents = jnp.concatenate([x, cond], axis=1).astype(dtype)  # [latents, condition latents, mask]
-            if guided:
-                latents, t = jnp.concatenate([latents, latents]), jnp.concatenate([t, t])
-                image_embeds = None if image_embeds is None else jnp.concatenate([image_embeds, image_embeds])
-                t_r = None if t_r is None else jnp.concatenate([t_r, t_r])
-            return TransformerInputs(latents, t, emb.astype(dtype), mask, emb2.astype(dtype), mask2,
-                                     None if image_embeds is None else image_embeds.astype(dtype), t_r)
-
-        def finish(pred):
-            return guider.combine(pred) if guided else pred.astype(jnp.float32)
-
+        prepare, finish = step_hooks(self.compute_dtype, guider)
         step = hv_block_loop.compile_step(
             self.transformer_params, self.stacks, args, cfg=self.transformer_cfg, attention=self.attention,
             prepare=prepare, finish=finish, mesh=self.mesh, rules=self.rules, overlap=self.offload_overlap)
@@ -604,4 +617,5 @@ def _pixels(image) -> np.ndarray:
     return np.ascontiguousarray((2.0 * x - 1.0).transpose(2, 0, 1))
 
 
-__all__ = ["BUCKET_BASE", "Guider", "HunyuanVideo15ImageToVideoPipeline", "HunyuanVideo15Pipeline", "crop_to_size"]
+__all__ = ["BUCKET_BASE", "DEFAULT_TILING", "Guider", "HunyuanVideo15ImageToVideoPipeline", "HunyuanVideo15Pipeline",
+           "crop_to_size", "step_hooks"]

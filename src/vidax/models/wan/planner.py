@@ -42,7 +42,7 @@ from vidax.core.offload import ChunkPlan
 from vidax.core.parallel import padded_length, sequence_mode
 from vidax.core.params import abstract_params
 from vidax.core.planner import (Estimate, Split, compiled_bytes, compiler_options, format_bytes, format_table,
-                                planning_devices, recommend, sharded_bytes)
+                                measure_peak, planning_devices, recommend, sharded_bytes)
 from vidax.core.sharding import divisors, make_mesh
 from vidax.models.wan.config import PRESETS, WanPreset, WanTransformerConfig
 from vidax.models.wan.sharding import WAN_RULES
@@ -310,18 +310,9 @@ def plan_wan(cfg: WanTransformerConfig, *, height: int, width: int, num_frames: 
 
 def measure_resident_peak(cfg: WanTransformerConfig, shape: tuple, dtype="float32", guided: bool = True,
                           attention: str = "chunked") -> dict:
-    """Run the resident guided step once on the first device and measure its peak memory (CPU).
-
-    The CPU backend has no ``memory_stats()``, so the peak is a resident-set-size delta. Method (for
-    checking the planner's estimate; run it in a fresh process started with
-    ``MALLOC_MMAP_THRESHOLD_=65536`` so that every large buffer is its own mapping, returned to the
-    system when freed): compile; allocate the parameters and inputs (``A`` bytes, known exactly);
-    run the step once (the runtime's one-time allocations, thread pools and the like, happen
-    here; they are not step memory and an accelerator's ``peak_bytes_in_use`` would not count
-    them either); free its output; read the resident set size ``R`` (``VmRSS``); reset the kernel's
-    peak mark (``5`` to ``/proc/self/clear_refs``); run the step again; measured peak =
-    ``VmHWM - R + A``: arguments + everything the run added at its highest. Where the device reports
-    ``memory_stats()["peak_bytes_in_use"]`` (GPU, TPU) that is returned too.
+    """Run the resident guided step once on the first device and measure its peak memory (CPU):
+    :func:`vidax.core.planner.measure_peak` (a resident-set-size delta; run it in a fresh process started with
+    ``MALLOC_MMAP_THRESHOLD_=65536``).
 
     The step is compiled with the planner's options (:func:`vidax.core.planner.compiler_options`),
     so the program measured is the program estimated.
@@ -347,40 +338,4 @@ def measure_resident_peak(cfg: WanTransformerConfig, shape: tuple, dtype="float3
     step = jax.jit(_cfg_step, static_argnames=("cfg", "attention_impl", "guided", "mesh", "rules"))
     compiled = step.lower(*args_abstract, cfg=cfg, attention_impl=AttentionImpl(attention), guided=guided).compile(
         compiler_options(dev.platform))
-    estimate = compiled_bytes(compiled)
-    import gc
-
-    gc.collect()
-    base = _status_kib("VmRSS")
-    rng = np.random.default_rng(0)
-
-    def make(a):
-        host = (rng.standard_normal(a.shape, dtype=np.float32) * 0.02).astype(a.dtype)
-        out = jax.device_put(host, dev)
-        out.block_until_ready()
-        return out
-
-    args = jax.tree.map(make, args_abstract)
-    arg_bytes = sum(int(a.nbytes) for a in jax.tree.leaves(args))
-    compiled(*args).block_until_ready()  # warm-up: one-time runtime allocations (thread pools, ...) happen here
-    gc.collect()
-    settled = _status_kib("VmRSS")  # arguments + whatever the runtime keeps after the first run
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current RSS
-    except OSError:
-        pass
-    out = compiled(*args)
-    out.block_until_ready()
-    peak = _status_kib("VmHWM")
-    stats = dev.memory_stats() or {}
-    return {"estimate": estimate, "measured": (peak - settled) * 1024 + arg_bytes,
-            "runtime_overhead": (settled - base) * 1024 - arg_bytes, "device_peak": stats.get("peak_bytes_in_use")}
-
-
-def _status_kib(field_name: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field_name}")
+    return measure_peak(compiled, args_abstract)
