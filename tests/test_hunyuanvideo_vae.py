@@ -161,14 +161,15 @@ def test_tiling_defaults_are_the_references(tiny):
 
 def test_tiled_decode_matches_reference(tiny):
     """Frame tiles (3 latent frames every 1; the last, of 1 frame, contributes nothing) each cut into 2 x 2
-    spatial tiles: blend_t, blend_v and blend_h, each blended tile written back before it is a neighbour."""
+    spatial tiles: blend_t, blend_v and blend_h, each blended tile written back before it is a neighbour. A batch of
+    2, as in test_decode_parity, whose (2, 4, 3, 4, 3) program the whole tiles reuse."""
     model, cfg, params, _ = tiny
-    z = _latents((1, 4, 4, 4, 4), 5)
+    z = _latents((2, 4, 4, 4, 4), 5)
     with _reference_tiling(model, **SMALL_TILES), torch.no_grad():
         ref = model.decode(torch.from_numpy(z)).sample.numpy()
     calls = []
     out = hv.decode(params, cfg, jnp.asarray(z), tiling=hv.VAETiling(**SMALL_TILES), on_tile=lambda: calls.append(1))
-    assert out.shape == ref.shape == (1, 3, 13, 32, 32)
+    assert out.shape == ref.shape == (2, 3, 13, 32, 32)
     assert len(calls) == 3 * 4  # frame tiles at latent frames 0, 1, 2 (not 3), 2 x 2 spatial tiles each
     assert _rel(out, ref) < 1e-5
 
