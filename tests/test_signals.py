@@ -45,7 +45,8 @@ def run(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "VIDAX_COMPILE_CACHE"}
     # Warm the compile cache, and measure the run from handler installation to exit (T).
     for _ in range(2):
-        p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=_as_from_a_terminal)
         while not _handlers_installed(p.pid) and p.poll() is None:
             time.sleep(0.002)
         t0 = time.monotonic()
@@ -56,18 +57,30 @@ def run(tmp_path_factory):
     return args, env, out_dir, duration
 
 
+def _as_from_a_terminal():
+    """The child's SIGINT and SIGTERM at their default action, as a command typed at a terminal starts: a suite run
+    as a background job of a non-interactive shell (``make test &``) has SIGINT ignored, and its children inherit
+    that, so a signal in the interpreter's start-up (before vidax installs its handlers) would be lost."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _interrupt(args, env, out_dir, sig, delay, wait_for_handlers=True):
+    """Run ``args``, send ``sig`` after ``delay`` seconds; ``(status, stderr, finished before the signal, the
+    signal's wall-clock time)``."""
     (out_dir / "v.mp4").write_bytes(OLD)
     (out_dir / "m.json").unlink(missing_ok=True)
-    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=_as_from_a_terminal)
     if wait_for_handlers:
         while not _handlers_installed(p.pid) and p.poll() is None:
             time.sleep(0.001)
     time.sleep(delay)
     finished = p.poll() is not None
+    sent = time.time()
     p.send_signal(sig)
     _, err = p.communicate(timeout=600)
-    return p.returncode, err.decode(), finished
+    return p.returncode, err.decode(), finished, sent
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -79,9 +92,11 @@ def test_a_signal_at_any_moment_ends_the_run_cleanly(run, sig):
     delays = [0.0, 0.01, 0.05, 0.15, 0.3] + [duration * f for f in (0.2, 0.35, 0.5, 0.65, 0.8, 0.9)]
     interrupted = 0
     for delay in delays:
-        code, err, finished = _interrupt(args, env, out_dir, sig, delay)
+        code, err, finished, sent = _interrupt(args, env, out_dir, sig, delay)
         if code == 0:  # the signal came after the outputs were published (the run's last instants): they are whole
-            assert finished or delay >= 0.5 * duration, (delay, duration, err[-1500:])
+            # ... and not before: the published video is older than the signal (a run faster than the measured
+            # duration under a changing load finishes before a late signal; a lost signal publishes after it).
+            assert finished or (out_dir / "v.mp4").stat().st_mtime <= sent, (delay, duration, err[-1500:])
             assert read_video(out_dir / "v.mp4")[0].shape == (5, 32, 32, 3)
             assert (out_dir / "m.json").is_file()
             continue
@@ -91,23 +106,16 @@ def test_a_signal_at_any_moment_ends_the_run_cleanly(run, sig):
         assert err.strip().splitlines()[-1].startswith("vidax: "), (delay, err[-500:])
         assert (out_dir / "v.mp4").read_bytes() == OLD, delay
         assert sorted(p.name for p in out_dir.iterdir()) == ["v.mp4"], (delay, list(out_dir.iterdir()))
-    assert interrupted >= len(delays) - 2
+    assert interrupted >= len(delays) // 2  # the early delays always land in the run
 
 
 def test_a_signal_before_vidax_runs_writes_nothing(run):
     """In the interpreter's own start, before any vidax code, Python's default action applies: the process ends by
     the signal (a shell reports 130 / 143), or with Python's own KeyboardInterrupt traceback (status 1) when the
-    SIGINT lands in its start-up imports; nothing is written either.
-
-    The first instants after exec are Python's, not vidax's: in one full-suite run a SIGINT sent there was consumed
-    without effect (cause not found: no blocked or ignored signal was inherited) and the run completed. That attempt is taken again (at most
-    twice more); a signal that keeps being lost still fails the test."""
+    SIGINT lands in its start-up imports; nothing is written either."""
     args, env, out_dir, _ = run
     for sig, shell in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        for _attempt in range(3):
-            code, err, _ = _interrupt(args, env, out_dir, sig, 0.0, wait_for_handlers=False)
-            if code != 0:
-                break
+        code, err, _, _ = _interrupt(args, env, out_dir, sig, 0.0, wait_for_handlers=False)
         python_start = code == 1 and sig == signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt")
         assert code in (shell, -sig) or python_start, (code, err[-1500:])
         assert (out_dir / "v.mp4").read_bytes() == OLD
