@@ -46,7 +46,7 @@ from vidax.checkpoint.errors import CheckpointError
 from vidax.core.attention import AttentionImpl, ran_label, recording
 from vidax.core.compile_cache import enable_for_api
 from vidax.core.host_memory import trim_after_compiles
-from vidax.core.images import load_image
+from vidax.core.images import load_image, vae_pixels
 from vidax.core.inputs import check_dtype, check_finite_video, check_guidance, check_seed, prompt_batch
 from vidax.core.placement import first_device, mesh_context, parallel_metrics, to_mesh
 from vidax.core.progress import Progress, as_progress
@@ -337,10 +337,9 @@ class HunyuanVideo15Pipeline:
           ``step(params, args) -> float32 (B, 32, T, h, w)`` (guided when ``guider`` is given).
         """
         prepare, finish = step_hooks(self.compute_dtype, guider)
-        step = hv_block_loop.compile_step(
+        return hv_block_loop.compile_step(
             self.transformer_params, self.stacks, args, cfg=self.transformer_cfg, attention=self.attention,
             prepare=prepare, finish=finish, mesh=self.mesh, rules=self.rules, overlap=self.offload_overlap)
-        return lambda params, args: step(params, args)
 
     def __call__(
         self,
@@ -548,7 +547,8 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
     def condition_latents(self, images: list, shape: tuple[int, ...]) -> jax.Array:
         """The condition channels ``(B, 33, T, h, w)``: the images' scaled VAE latents (posterior mode) on the first
         latent frame and zeros after, then the mask (ones on the first latent frame)."""
-        pixels = np.stack([_pixels(img) for img in images])[:, :, None]  # (B, 3, 1, H, W) in [-1, 1]
+        h, w = images[0].height, images[0].width  # already cropped to the video's size: no resampling
+        pixels = np.stack([vae_pixels(img, h, w) for img in images])[:, :, None]  # (B, 3, 1, H, W) in [-1, 1]
         z = hvae.encode_latents(self.vae_params, self.vae_cfg, jnp.asarray(pixels))  # (B, 32, 1, h, w)
         b, c, t, h, w = shape
         first = jnp.zeros((b, c, t, h, w), jnp.float32).at[:, :, :1].set(z.astype(jnp.float32))
@@ -609,12 +609,6 @@ class HunyuanVideo15ImageToVideoPipeline(HunyuanVideo15Pipeline):
                               num_inference_steps=num_inference_steps, guidance_scale=guidance_scale,
                               flow_shift=flow_shift, seed=seed, latents=latents, vae_tiling=vae_tiling,
                               output_type=output_type, progress=progress)
-
-
-def _pixels(image) -> np.ndarray:
-    """A PIL RGB image -> float32 ``(3, H, W)`` in ``[-1, 1]`` (``ToTensor`` then ``Normalize(0.5, 0.5)``)."""
-    x = np.asarray(image, np.float32) / 255.0
-    return np.ascontiguousarray((2.0 * x - 1.0).transpose(2, 0, 1))
 
 
 __all__ = ["BUCKET_BASE", "DEFAULT_TILING", "Guider", "HunyuanVideo15ImageToVideoPipeline", "HunyuanVideo15Pipeline",
