@@ -105,7 +105,7 @@ _WAN13B_WIDTH = dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=896
 _WAN_VAE = dict(base_dim=96, num_res_blocks=2)
 _UMT5_THIN = dict(d_model=4096, num_heads=8, d_kv=64, d_ff=1024, num_layers=2)
 # Wan2.2 TI2V-5B (diffusers Wan2.2-TI2V-5B-Diffusers transformer/config.json: 24 heads x 128, ffn 14336, 48 latent
-# channels), 2 of 30 layers; its VAE at the released width (vidax.models.wan.vae.WAN22_VAE_ORIGINAL).
+# channels), 2 of 30 layers; its VAE at the released width (vidax.core.wan_vae.WAN22_VAE_ORIGINAL).
 _TI2V5B_WIDTH = dict(num_attention_heads=24, attention_head_dim=128, ffn_dim=14336, freq_dim=256, num_layers=2)
 _WAN22_VAE = dict(base_dim=160, decoder_base_dim=256, dim_mult=[1, 2, 4, 4], num_res_blocks=2)
 # CogVideoX-2b (THUDM/CogVideoX-2b transformer/config.json: 30 heads x 64, time_embed_dim 512), 2 of 30 layers;
@@ -391,7 +391,7 @@ class WanVidax:
 
     def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
         self.cache_events = _jax_setup(jax_cache)
-        from vidax.models.wan import vae as wan_vae  # noqa: F401  (imports are not load time)
+        from vidax.core import wan_vae  # noqa: F401  (imports are not load time)
         from vidax.models.wan.pipeline import WanPipeline  # noqa: F401
 
         self.folder, self.dtype = folder, dtype
@@ -448,7 +448,7 @@ class WanVidax:
         import jax.numpy as jnp
         import numpy as np
 
-        from vidax.models.wan import vae as wan_vae
+        from vidax.core import wan_vae
 
         z = wan_vae.denormalize_latents(self.pipe.vae_cfg, jnp.asarray(latents))
         return np.asarray(wan_vae.decode(self.pipe.vae_params, self.pipe.vae_cfg, z))

@@ -135,7 +135,7 @@ def test_conv_jit_compiles_the_vae_programs_with_the_cpu_conv_options():
 
     from vidax.core.layers import CPU_CONV_COMPILER_OPTIONS, ConvProgram, conv3d, conv_jit
     from vidax.models.cogvideox import vae as cog_vae
-    from vidax.models.wan import vae as wan_vae
+    from vidax.core import wan_vae
 
     chunk_functions = (wan_vae.encode_chunk, wan_vae.decode_head, wan_vae.decode_tail,
                        cog_vae.encode_chunk, cog_vae.decode_chunk)

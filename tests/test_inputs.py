@@ -105,7 +105,7 @@ def test_config_values_are_type_checked_against_the_dataclass():
     from vidax.encoders.t5 import T5Config
     from vidax.models.cogvideox.config import CogVideoXTransformerConfig
     from vidax.models.wan.config import WanTransformerConfig
-    from vidax.models.wan.vae import WanVAEConfig
+    from vidax.core.wan_vae import WanVAEConfig
 
     base = {"patch_size": [1, 2, 2], "qk_norm": "rms_norm_across_heads"}
     assert WanTransformerConfig.from_dict({**base, "num_attention_heads": 2, "eps": 1}).dim == 256  # an int is a float

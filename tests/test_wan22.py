@@ -18,7 +18,7 @@ from vidax.models.wan.experts import boundary_timestep, switch_step
 from vidax.models.wan.keymap import transformer_keymap_diffusers
 from vidax.models.wan.sharding import WAN_RULES
 from vidax.models.wan.transformer import forward, num_tokens, rope_tables, transformer_specs
-from vidax.models.wan.vae import WanVAEConfig, decode, encode, vae_keymap, vae_specs
+from vidax.core.wan_vae import WanVAEConfig, decode, encode, vae_keymap, vae_specs
 
 PROMPT = "a red panda climbing a tree"
 NEGATIVE = "blurry, static"

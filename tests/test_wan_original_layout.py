@@ -23,7 +23,7 @@ from vidax.checkpoint.loader import plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.core.params import flatten
 from vidax.encoders.t5 import UMT5_XXL, encode, t5_config_from_wan_original_shapes, t5_keymap_wan_original, t5_specs
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_original
 from vidax.models.wan.layout import detect_layout, resolve_checkpoint

@@ -188,7 +188,7 @@ def test_vae_encoder_side_is_loaded_only_on_demand(ckpt, ours):
     """Text-to-video reads only the VAE's decoder side: from_pretrained loads that, the encoder side loads at its
     first use, and together they are the whole VAE as load_vae reads it (and encode the same as it does)."""
     from vidax.core import host_memory
-    from vidax.models.wan import vae as wan_vae
+    from vidax.core import wan_vae
 
     assert sorted(ours.vae_params) == sorted(wan_vae.DECODER_PARTS)
     assert host_memory._min_seconds is not None  # from_pretrained trims the host heap after large compilations

@@ -13,7 +13,7 @@ from safetensors.numpy import load_file, save_file
 from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import load_params, plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
-from vidax.models.wan.vae import (
+from vidax.core.wan_vae import (
     WanVAEConfig,
     decode,
     decode_chunk,
@@ -111,7 +111,7 @@ def test_chunked_decode_matches_reference(tiny):
 def test_decoder_tail_passes_equal_one_pass(tiny, monkeypatch):
     """decode_chunk runs the decoder's tail two frames at a time; the frames and the cache equal those of one
     pass over all four (and the reference's, above), and that tail program's temporaries are smaller."""
-    import vidax.models.wan.vae as wan_vae
+    import vidax.core.wan_vae as wan_vae
 
     _, cfg, params, _ = tiny
     z = jnp.asarray(np.random.default_rng(8).standard_normal((1, 16, 3, H_LAT, W_LAT), dtype=np.float32))
@@ -144,7 +144,7 @@ def test_donated_caches_at_full_resolution_are_updated_without_copies(tiny):
     stages still shift an old frame within the buffer, which XLA copies."""
     import re
 
-    from vidax.models.wan.vae import encode_chunk
+    from vidax.core.wan_vae import encode_chunk
 
     _, cfg, params, _ = tiny
 
@@ -185,7 +185,7 @@ def test_first_chunks_fold_no_frame_sized_constants(tiny, tmp_path):
     Reads the module XLA dumps after its constant-folding passes."""
     import re
 
-    from vidax.models.wan.vae import encode_chunk
+    from vidax.core.wan_vae import encode_chunk
 
     _, cfg, params, _ = tiny
     frame = 8 * H_LAT * 8 * W_LAT * cfg.base_dim  # one full-resolution activation frame, elements

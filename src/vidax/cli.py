@@ -160,6 +160,8 @@ def _parser() -> argparse.ArgumentParser:
                         + (f" ({own}; the others: none)" if own else " (none)"))
     g.add_argument("--image", default=None, help="the first frame (image-to-video); the task follows the inputs")
     g.add_argument("--last-image", default=None, help="the last frame too (first-last-frame-to-video)")
+    g.add_argument("--video", default=None, help="a video to continue (video-to-world: its last frames condition the "
+                   "start)")
     g.add_argument("--preset", choices=sorted(registry.presets()), default=None, metavar="PRESET",
                    help="reference settings of a benchmark row (size, frames, steps, guidance, dtype; `vidax presets`)")
     s = g.add_argument_group("generation", "each default: the preset's, else the family's reference (see below)")
@@ -292,12 +294,14 @@ def _call_settings(args, fam: registry.Family, preset, folder: Path, task: str) 
 
 
 def _task(args, preset) -> str:
+    if args.video and (args.image or args.last_image):
+        raise ValueError("--video continues a video: pass it without --image / --last-image")
     if args.last_image and not args.image:
         raise ValueError("--last-image needs --image (the first frame) as well")
     if preset is not None and preset.task in ("i2v", "flf2v") and not args.image:
         raise ValueError(f"--preset {preset.name} is an image-to-video setting: pass --image (the first frame)"
                          + (" and --last-image" if preset.task == "flf2v" else ""))
-    return registry.task_for_inputs(args.image, args.last_image)
+    return registry.task_for_inputs(args.image, args.last_image, args.video)
 
 
 def generate(args) -> int:
@@ -318,6 +322,11 @@ def generate(args) -> int:
     _refuse_flags(args, fam)
     task = _task(args, preset)
     call, given = _call_settings(args, fam, preset, folder, task)
+    if task == "v2v":
+        registry.check_task(fam, folder, task)
+        from vidax.core.images import load_video
+
+        call["video"] = load_video(args.video, "--video", keep_last=fam.video_keep_last)
     if fam.check is not None:
         fam.check(folder, task, call)
     registry.check_task(fam, folder, task)
@@ -707,6 +716,11 @@ def demo(args) -> int:
         paths = demo_frames(out_dir, stem, 2 if task == "flf2v" else 1)
         image = load_image(paths[0], "demo image")
         last = load_image(paths[1], "demo last image") if task == "flf2v" else None
+    if task == "v2v":
+        from vidax.checkpoint.demo import demo_video
+        from vidax.core.images import load_video
+
+        settings["video"] = load_video(demo_video(out_dir, stem), "demo video", keep_last=fam.video_keep_last)
     registry.check_task(fam, folder, task)
     if fam.check is not None:
         fam.check(folder, task, {**fam.defaults, **settings})

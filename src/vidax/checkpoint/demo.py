@@ -102,3 +102,25 @@ def demo_frames(folder, stem: str, count: int = 2) -> tuple:
             Path(tmp).unlink(missing_ok=True)
             raise
     return tuple(paths)
+
+
+def demo_video(folder, stem: str, num_frames: int = 9):
+    """A conditioning video for the video-to-video demos: the sun of :func:`demo_frames` rising over the hills,
+    ``num_frames`` frames at 256x192 written as an H.264 mp4 into ``folder`` (created); returns its path.
+
+    Written through :func:`vidax.video.write_video` (a temporary name, then renamed); an existing file is kept.
+    """
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    from vidax.video import write_video
+
+    first, last = (np.asarray(Image.open(p).convert("RGB"), np.float32) for p in demo_frames(folder, stem, 2))
+    path = Path(folder) / f"{stem}-clip.mp4"
+    if not path.is_file():
+        w = np.linspace(0.0, 1.0, num_frames, dtype=np.float32)[:, None, None, None]
+        frames = np.round((1.0 - w) * first[None] + w * last[None]).astype(np.uint8)
+        write_video(frames, path, fps=8)
+    return path

@@ -146,6 +146,8 @@ class Family:
       fps_setting: the call keyword that ``--fps`` also sets (LTX-Video's ``frame_rate``: the model is told the
         rate), or None (``--fps`` only sets the mp4's rate).
       offload: whether it streams blocks from host memory (``--offload-chunk``).
+      video_keep_last: how many of an input video's last frames its video-to-video task can condition on (the
+        CLI decodes a ``--video`` and holds only those); None: the family takes no input video.
     """
 
     name: str
@@ -169,6 +171,7 @@ class Family:
     plan: Any = None
     fps_setting: str | None = None
     offload: bool = True
+    video_keep_last: int | None = None
 
     def setting(self, name: str) -> Setting | None:
         """The family's :class:`Setting` called ``name``, or None."""
@@ -373,9 +376,11 @@ def find_demo(spec: str) -> tuple[Family, Demo, str]:
     return fam, demo, task
 
 
-def task_for_inputs(image: Any = None, last_image: Any = None) -> str:
-    """The task a call's conditioning inputs ask for: ``flf2v`` with a last frame, ``i2v`` with an image, else
-    ``t2v``."""
+def task_for_inputs(image: Any = None, last_image: Any = None, video: Any = None) -> str:
+    """The task a call's conditioning inputs ask for: ``v2v`` with an input video, ``flf2v`` with a last frame,
+    ``i2v`` with an image, else ``t2v``."""
+    if video is not None:
+        return "v2v"
     if last_image is not None:
         return "flf2v"
     return "i2v" if image is not None else "t2v"

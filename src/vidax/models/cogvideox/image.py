@@ -29,34 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from vidax.core.images import ImageError, load_image
-
-
-def nearest_indices(in_size: int, out_size: int) -> np.ndarray:
-    """Source index of each output index under PyTorch's legacy ``"nearest"`` interpolation.
-
-    Follows ATen ``UpSample.h`` ``nearest_idx``: the identity when the sizes agree, ``i >> 1`` when the
-    output is exactly twice the input, else ``min(floor(i * scale), in_size - 1)`` with
-    ``scale = float32(in_size) / out_size`` and the product in float32.
-
-    Returns:
-      int64 ``(out_size,)``.
-    """
-    i = np.arange(out_size)
-    if out_size == in_size:
-        return i
-    if out_size == 2 * in_size:
-        return i >> 1
-    scale = np.float32(in_size) / np.float32(out_size)
-    return np.minimum(np.floor(i.astype(np.float32) * scale).astype(np.int64), in_size - 1)
-
-
-def resize_nearest(x: np.ndarray, height: int, width: int) -> np.ndarray:
-    """``(B, H, W, C)`` -> ``(B, height, width, C)`` as ``torch.nn.functional.interpolate(size=(height, width))``
-    with its default mode (``"nearest"``): a pure selection of pixels, so the dtype and values are kept."""
-    rows = nearest_indices(x.shape[1], height)
-    cols = nearest_indices(x.shape[2], width)
-    return x[:, rows][:, :, cols]
+from vidax.core.images import ImageError, load_image, nearest_indices, resize_nearest
 
 
 def _pil_frame(image: Any, height: int, width: int) -> np.ndarray:

@@ -32,7 +32,7 @@ import numpy as np
 from vidax.checkpoint.writer import assembled_folder, write_component, write_json
 from vidax.encoders.clip import clip_config_dict, clip_specs
 from vidax.encoders.t5 import t5_specs
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.demo import image_processor_config
 from vidax.models.wan.layout import VIDAX_INDEX, resolve_checkpoint
 from vidax.models.wan.pipeline import ORIGINAL_T2V_FLOW_SHIFT, WAN_UNIPC

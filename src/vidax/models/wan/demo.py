@@ -24,7 +24,7 @@ from vidax.checkpoint.demo import (DEMO_MARKER, DIFFUSERS_VERSION, TRANSFORMERS_
 from vidax.checkpoint.writer import assembled_folder, save_component, write_json
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_diffusers
 from vidax.models.wan.transformer import transformer_specs

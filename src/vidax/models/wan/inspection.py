@@ -18,7 +18,7 @@ from vidax.encoders.clip import (
     clip_specs,
 )
 from vidax.encoders.t5 import T5Config, t5_config_from_wan_original_shapes, t5_keymap, t5_keymap_wan_original, t5_specs
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_diffusers, transformer_keymap_original
 from vidax.models.wan.layout import resolve_checkpoint

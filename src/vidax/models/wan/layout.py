@@ -14,7 +14,7 @@ Two layouts of the same Wan2.1 T2V weights are published:
     ``models_t5_umt5-xxl-enc-bf16.pth`` (the Wan repository's own T5 encoder names, bfloat16);
     ``google/umt5-xxl/`` (the tokenizer). No VAE, text-encoder or scheduler config: the Wan
     repository hard-codes them (``wan/modules/vae.py``, ``wan/modules/t5.py``,
-    ``wan/text2video.py``), and so do we (:data:`~vidax.models.wan.vae.WAN21_VAE_ORIGINAL`,
+    ``wan/text2video.py``), and so do we (:data:`~vidax.core.wan_vae.WAN21_VAE_ORIGINAL`,
     :data:`~vidax.encoders.t5.UMT5_XXL`; the sizes are read back from the tensor shapes, which
     for the released files gives exactly those). The image and Wan2.2 releases add or swap files:
     Wan2.1 I2V / FLF2V (``model_type`` ``i2v`` / ``flf2v``) add
@@ -54,7 +54,7 @@ from vidax.encoders.t5 import (
     t5_keymap_wan_original,
     t5_specs,
 )
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_diffusers, transformer_keymap_original
 from vidax.models.wan.transformer import transformer_specs

@@ -33,7 +33,7 @@ from vidax.checkpoint.writer import assembled_folder, save_component, to_state_d
 from vidax.encoders.t5 import T5Config, t5_keymap, t5_keymap_wan_original, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, write_demo_tokenizer
 from vidax.models.wan import demo
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.config import WanTransformerConfig
 from vidax.models.wan.keymap import transformer_keymap_diffusers, transformer_keymap_original
 from vidax.models.wan.layout import (
@@ -99,7 +99,7 @@ def tiny_wan_weights(seed: int = 0, *, transformer_overrides: dict | None = None
     Args:
       seed: seed of the weights.
       transformer_overrides: original ``config.json`` keys.
-      vae_overrides: :class:`~vidax.models.wan.vae.WanVAEConfig` fields.
+      vae_overrides: :class:`~vidax.core.wan_vae.WanVAEConfig` fields.
       text_overrides: transformers T5 ``config.json`` keys.
     """
     rng = np.random.default_rng(seed)

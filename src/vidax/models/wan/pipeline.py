@@ -55,7 +55,7 @@ from vidax.core.residency import OnDemand, keep_resident
 from vidax.core.sharding import axis_size, optional_mesh
 from vidax.encoders.t5 import encode_prompts, t5_specs
 from vidax.encoders.tokenizer import Tokenizer, clean_prompt
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.layout import DIFFUSERS_PARTS, ORIGINAL_T2V_FLOW_SHIFT, resolve_checkpoint
 from vidax.models.wan.sharding import WAN_RULES, check_parallel
 from vidax.models.wan import offload as wan_offload

@@ -57,7 +57,7 @@ from vidax.core.placement import first_device, mesh_context, parallel_metrics, r
 from vidax.core.progress import Progress, as_progress
 from vidax.encoders.clip import CLIPImageProcessorConfig, clip_specs, encode_images, preprocess_images
 from vidax.models.wan import offload as wan_offload
-from vidax.models.wan import vae as wan_vae
+from vidax.core import wan_vae
 from vidax.models.wan.experts import HIGH_NOISE, ExpertSet, boundary_timestep, both_fit, expert_for_timestep
 from vidax.models.wan.layout import resolve_checkpoint
 from vidax.models.wan.pipeline import WanPipeline, compile_offloaded, load_transformer

@@ -1,5 +1,8 @@
 """The Wan video VAE (diffusers ``AutoencoderKLWan``, Wan2.1 configuration) as pure JAX functions.
 
+Shared: the Wan2.1/2.2 families and Cosmos-Predict2.5 (which uses the Wan2.1 VAE) both decode with it, so it
+lives in ``core/`` (a family imports no other family).
+
 Reference: ``diffusers.models.autoencoders.autoencoder_kl_wan`` (``AutoencoderKLWan``,
 ``WanEncoder3d``, ``WanDecoder3d``, ``WanResidualBlock``, ``WanResample``,
 ``WanAttentionBlock``, ``WanMidBlock``, ``WanCausalConv3d``, ``WanRMS_norm``).
