@@ -43,6 +43,7 @@ from vidax.core.config_values import read_json
 from vidax.encoders import llama, qwen2_5_vl
 from vidax.encoders.llama import LlamaConfig
 from vidax.encoders.qwen2_tokenizer import Qwen2Tokenizer
+from vidax.models.cosmos_predict25.presets import DEFAULT_NEGATIVE_PROMPT
 
 #: The system turn of every prompt (diffusers ``_get_prompt_embeds``; the original's
 #: ``compute_text_embeddings_online``).
@@ -55,16 +56,6 @@ MAX_SEQUENCE_LENGTH = 512
 #: Added to the standard deviation in the normalisation (both references).
 NORM_EPS = 1e-8
 
-#: diffusers' ``DEFAULT_NEGATIVE_PROMPT`` (``pipeline_cosmos2_5_predict.py``); the original's
-#: ``cosmos_predict2/config.py`` ``DEFAULT_NEGATIVE_PROMPT`` is the same string.
-DEFAULT_NEGATIVE_PROMPT = (
-    "The video captures a series of frames showing ugly scenes, static with no motion, motion blur, "
-    "over-saturation, shaky footage, low resolution, grainy texture, pixelated images, poorly lit areas, "
-    "underexposed and overexposed scenes, poor color balance, washed out colors, choppy sequences, "
-    "jerky movements, low frame rate, artifacting, color banding, unnatural transitions, outdated special effects, "
-    "fake elements, unconvincing visuals, poorly edited content, jump cuts, visual noise, and flickering. "
-    "Overall, the video is of poor quality."
-)
 
 
 @dataclass
