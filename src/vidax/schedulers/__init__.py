@@ -5,8 +5,11 @@
   sigmas/timesteps and per-token steps for LTX-Video), with
   :func:`calculate_shift` for ``mu``.
 * :class:`FlowUniPCMultistepScheduler` follows diffusers ``UniPCMultistepScheduler``
-  with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan);
-  ``sigma_grid="wan"`` gives the Wan repository's sigma grid instead.
+  with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan),
+  also with ``use_karras_sigmas=True`` (Cosmos-Predict2.5);
+  ``sigma_grid="wan"`` gives the Wan repository's sigma grid instead,
+  ``sigma_grid="cosmos"`` the Cosmos-Predict2.5 repository's Karras grid;
+  :func:`scale_timesteps` is that repository's network-side timestep scale.
 * :class:`CogVideoXDDIMScheduler` and :class:`CogVideoXDPMScheduler` follow
   diffusers' classes of the same names (CogVideoX: v-prediction on a
   zero-terminal-SNR, SNR-shifted variance-preserving schedule).
@@ -35,7 +38,7 @@ from .base import Scheduler, SchedulerState
 from .cogvideox import CogVideoXDDIMScheduler, CogVideoXDPMScheduler
 from .flow_euler import FlowMatchEulerScheduler, calculate_shift
 from .guidance import guidance_scale_at
-from .unipc import FlowUniPCMultistepScheduler
+from .unipc import FlowUniPCMultistepScheduler, scale_timesteps
 
 __all__ = [
     "Scheduler",
@@ -43,6 +46,7 @@ __all__ = [
     "FlowMatchEulerScheduler",
     "calculate_shift",
     "FlowUniPCMultistepScheduler",
+    "scale_timesteps",
     "CogVideoXDDIMScheduler",
     "CogVideoXDPMScheduler",
     "guidance_scale_at",
@@ -68,7 +72,8 @@ _UNIPC_ARGS = {
     "lower_order_final": ("lower_order_final", True),
     "disable_corrector": ("disable_corrector", ()),
     "final_sigmas_type": ("final_sigmas_type", "zero"),
-    "sigma_grid": ("sigma_grid", "diffusers"),  # vidax's own key (no diffusers config has it)
+    "sigma_grid": ("sigma_grid", "diffusers"),  # vidax's own keys (no diffusers config has them)
+    "model_timesteps_type": ("model_timesteps_type", None),
 }
 _UNIPC_REQUIRED = {  # key: (diffusers default, supported values)
     "prediction_type": ("epsilon", ("flow_prediction",)),
@@ -76,7 +81,7 @@ _UNIPC_REQUIRED = {  # key: (diffusers default, supported values)
     "predict_x0": (True, (True,)),
     "thresholding": (False, (False,)),
     "solver_p": (None, (None,)),
-    "use_karras_sigmas": (False, (False,)),
+    "use_karras_sigmas": (False, (False, True)),  # True: sigma_grid "karras" (or "cosmos"), see below
     "use_exponential_sigmas": (False, (False,)),
     "use_beta_sigmas": (False, (False,)),
     "use_dynamic_shifting": (False, (False,)),
@@ -85,8 +90,8 @@ _UNIPC_REQUIRED = {  # key: (diffusers default, supported values)
 }
 _UNIPC_IGNORED = {  # only used by the beta (non-flow) schedules, thresholding or dynamic shifting
     "beta_start", "beta_end", "beta_schedule", "trained_betas", "dynamic_thresholding_ratio",
-    "sample_max_value", "steps_offset", "rescale_betas_zero_snr", "time_shift_type", "sigma_min",
-    "sigma_max",
+    "sample_max_value", "steps_offset", "rescale_betas_zero_snr", "time_shift_type",
+    "sigma_min", "sigma_max",  # except with the Karras grids: read by _unipc_grid
 }  # fmt: skip
 
 _EULER_ARGS = {  # diffusers FlowMatchEulerDiscreteScheduler.__init__ (diffusers 0.42) and its defaults
@@ -146,6 +151,38 @@ def _same(value: Any, supported: Any) -> bool:
     return not isinstance(value, bool) and value == supported
 
 
+def _unipc_grid(cfg: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """UniPC: pick the sigma grid from ``use_karras_sigmas`` and pass the Karras range (``kwargs`` in place)."""
+    if cfg.get("use_karras_sigmas", False) is True:
+        grid = cfg.get("sigma_grid", "karras")
+        if grid not in ("karras", "cosmos"):
+            raise ValueError(
+                f"UniPCMultistepScheduler: use_karras_sigmas=True with sigma_grid={grid!r} is contradictory; "
+                "with Karras sigmas, sigma_grid must be 'karras' (diffusers, the default) or 'cosmos' "
+                "(the Cosmos-Predict2.5 repository's grid)"
+            )
+        kwargs["sigma_grid"] = grid
+        if grid == "karras" and (cfg.get("sigma_min") is None or cfg.get("sigma_max") is None):
+            raise ValueError(
+                "UniPCMultistepScheduler: use_karras_sigmas=True needs sigma_min and sigma_max in the config "
+                "(diffusers' fallback to the beta schedule's range is not implemented); a Cosmos-Predict2.5 folder "
+                "sets sigma_min=0.01, sigma_max=200.0"
+            )
+        if kwargs["flow_shift"] != 1.0:
+            raise ValueError(
+                f"UniPCMultistepScheduler: flow_shift={kwargs['flow_shift']!r} has no effect with "
+                "use_karras_sigmas=True (Karras sigmas are not shifted); leave flow_shift at 1.0"
+            )
+    elif kwargs["sigma_grid"] == "karras":
+        raise ValueError(
+            "UniPCMultistepScheduler: sigma_grid='karras' is diffusers' use_karras_sigmas=True, which this config "
+            "does not set (with sigma_min and sigma_max)"
+        )
+    if kwargs["sigma_grid"] in ("karras", "cosmos"):
+        kwargs["sigma_min"] = cfg.get("sigma_min")
+        kwargs["sigma_max"] = cfg.get("sigma_max")
+
+
 def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler:
     """Build a vidax scheduler from a diffusers ``scheduler_config.json`` dict.
 
@@ -160,9 +197,13 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
       **overrides: config keys to replace, in diffusers' names (e.g.
         ``flow_shift=5.0`` for UniPC, ``shift=5.0`` for Euler,
         ``snr_shift_scale=1.0`` for CogVideoX); ``flow_shift`` is also
-        accepted for Euler. UniPC also takes vidax's own key ``sigma_grid``
+        accepted for Euler. UniPC also takes vidax's own keys ``sigma_grid``
         (``"diffusers"``, the default, or ``"wan"``: the Wan repository's
-        grid; see :class:`FlowUniPCMultistepScheduler`). For CogVideoX, ``_class_name`` may be overridden to
+        grid; with ``use_karras_sigmas=True``, ``"karras"``, the default, or
+        ``"cosmos"``: the Cosmos-Predict2.5 repository's grid, one step more)
+        and ``model_timesteps_type`` (see :class:`FlowUniPCMultistepScheduler`).
+        With ``use_karras_sigmas=True`` (a Cosmos-Predict2.5 folder) UniPC reads
+        ``sigma_min`` and ``sigma_max``. For CogVideoX, ``_class_name`` may be overridden to
         switch between DDIM and DPM on the same config.
 
     Returns:
@@ -173,7 +214,10 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
         whose value we do not implement (e.g. UniPC ``prediction_type`` other
         than ``"flow_prediction"``, ``use_flow_sigmas=False``,
         ``thresholding=True``, ``solver_type`` other than bh1/bh2, UniPC
-        ``use_dynamic_shifting=True``, an unknown ``sigma_grid``; Euler ``invert_sigmas``,
+        ``use_dynamic_shifting=True``, an unknown ``sigma_grid``,
+        ``use_karras_sigmas=True`` with ``sigma_grid`` "diffusers"/"wan",
+        without ``sigma_min``/``sigma_max`` or with ``flow_shift`` other than 1,
+        exponential/beta sigmas; Euler ``invert_sigmas``,
         ``stochastic_sampling``, karras/exponential/beta sigmas, an unknown
         ``time_shift_type`` or ``shift_terminal`` outside ``[0, 1)``;
         CogVideoX ``beta_schedule`` other than ``"scaled_linear"``,
@@ -211,6 +255,8 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
         if key == "disable_corrector" and value is None:
             value = ()
         kwargs[arg] = value
+    if name == "UniPCMultistepScheduler":
+        _unipc_grid(cfg, kwargs)
     unknown = sorted(k for k in cfg if not k.startswith("_") and k not in args and k not in required and k not in ignored)
     if unknown:
         warnings.warn(f"{name}: ignoring unknown scheduler config keys {unknown}", stacklevel=2)

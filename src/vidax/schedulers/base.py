@@ -45,8 +45,9 @@ class SchedulerState:
         ``sigmas[-1]`` the level after the last step (0 with the default final
         sigma type).
       timesteps: host ``np.ndarray`` of shape ``(num_inference_steps,)``: the
-        value to pass to the denoiser at step ``i``, with the dtype and values of
-        diffusers' ``scheduler.timesteps`` (int64 for UniPC, float32 for Euler).
+        value to pass to the denoiser at step ``i`` (unless ``model_timesteps`` is
+        set), with the dtype and values of diffusers' ``scheduler.timesteps``
+        (int64 for UniPC, float32 for Euler).
       model_outputs: multistep history, oldest first: float32 ``jax.Array`` x0
         predictions of the previous steps, each shaped like the sample
         ``(B, C, T, H, W)``. Empty for single-step samplers.
@@ -58,6 +59,12 @@ class SchedulerState:
         order; drives the multistep warm-up (static).
       last_order: solver order used by the previous step's predictor, 0 when no
         step was taken (static).
+      model_timesteps: ``None``, or a host ``np.ndarray`` float32 of shape
+        ``(num_inference_steps,)``: the value the denoiser's timestep embedding
+        receives at step ``i``, where that is not ``timesteps[i]`` itself (set by
+        :class:`~vidax.schedulers.FlowUniPCMultistepScheduler` when it has a
+        ``model_timesteps_type``, as the Cosmos-Predict2.5 grids do by default;
+        ``None`` otherwise).
     """
 
     sigmas: np.ndarray
@@ -67,6 +74,7 @@ class SchedulerState:
     prev_step_index: int = -1
     lower_order_nums: int = 0
     last_order: int = 0
+    model_timesteps: np.ndarray | None = None
 
     @property
     def num_inference_steps(self) -> int:
@@ -76,7 +84,7 @@ class SchedulerState:
 
 jax.tree_util.register_dataclass(
     SchedulerState,
-    data_fields=["sigmas", "timesteps", "model_outputs", "last_sample"],
+    data_fields=["sigmas", "timesteps", "model_outputs", "last_sample", "model_timesteps"],
     meta_fields=["prev_step_index", "lower_order_nums", "last_order"],
 )
 

@@ -16,6 +16,23 @@ construct it, Wan2.1 and Wan2.2 alike). Only the grid differs: that class's
 step (predictor, corrector, order warm-up, ``lower_order_final``, the final
 sigma 0) is diffusers' step, operation for operation, for this configuration.
 
+Two Karras grids serve Cosmos-Predict2.5 (docs/design.md, "Cosmos-Predict2.5",
+"Schedule"). ``sigma_grid="karras"`` is diffusers' ``use_karras_sigmas=True``
+with ``use_flow_sigmas=True`` (the converted Cosmos-Predict2.5 folders:
+``sigma_min=0.01``, ``sigma_max=200``): ``n`` Karras sigmas (rho 7) mapped by
+``s -> s / (1 + s)``, no shift. ``sigma_grid="cosmos"`` is the
+Cosmos-Predict2.5 repository's (``cosmos_predict2/_src/predict2/models/
+fm_solvers_unipc.py``, ``FlowUniPCMultistepScheduler.set_timesteps(...,
+use_kerras_sigma=True)``): the same map of ``n + 1`` Karras points (its ramp is
+``arange(n + 1) / n``), so ``set_timesteps(n)`` gives ``n + 1`` steps, and
+diffusers' grid of ``n + 1`` steps equals it bit for bit (diffusers' default of
+36 steps is the repository's 35). That class's step is diffusers' step as well
+(a copy of diffusers 0.31's code; only tensor constructors differ). The value
+the denoiser's timestep embedding receives also differs: diffusers' Cosmos
+pipeline passes ``sigmas[i]``; the repository passes the truncated int64
+timestep, which its network multiplies by ``timestep_scale=0.001`` in float32
+(:func:`scale_timesteps`). :attr:`SchedulerState.model_timesteps` holds it.
+
 Numerics follow diffusers exactly: the schedule is built in float64 and stored
 as float32; every scalar coefficient is rounded to float32 after each
 operation as diffusers' 0-dim float32 torch tensors are (log and expm1 are
@@ -39,7 +56,44 @@ from .base import Scheduler, SchedulerState, divide, rounded
 _f32 = np.float32
 SOLVER_TYPES = ("bh1", "bh2")
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")
-SIGMA_GRIDS = ("diffusers", "wan")
+SIGMA_GRIDS = ("diffusers", "wan", "karras", "cosmos")
+KARRAS_GRIDS = ("karras", "cosmos")
+MODEL_TIMESTEPS_TYPES = ("timesteps", "sigmas", "scaled_timesteps")
+# fm_solvers_unipc.py hard-codes these for use_kerras_sigma=True ("the exact sigma used in edm sampler").
+COSMOS_SIGMA_MIN = 0.01
+COSMOS_SIGMA_MAX = 200.0
+COSMOS_RHO = 7.0
+
+
+def scale_timesteps(timesteps: Any, timestep_scale: float = 0.001) -> np.ndarray:
+    """The Cosmos-Predict2.5 network's internal timestep rescaling, ``timesteps * timestep_scale``, in float32.
+
+    Reference: the Cosmos-Predict2.5 repository, ``networks/minimal_v1_lvg_dit.py``,
+    ``MinimalV1LVGDiT.forward`` (``timesteps_B_T * self.timestep_scale``, with
+    ``timestep_scale=0.001`` in every released experiment): the timesteps are a
+    float32 (or int64) tensor there, so the product is ``float32(t) *
+    float32(timestep_scale)`` rounded to float32 -- which differs from
+    ``float32(t / 1000)`` by an ulp for 584 of the 1001 integers 0..1000.
+    The sinusoidal embedding then sees values in [0, 1], not [0, 1000].
+
+    Args:
+      timesteps: int64 timesteps (the sampler's ``state.timesteps``) or float
+        values on the same 0..``num_train_timesteps`` scale (e.g. the
+        repository's ``conditional_frame_timestep``, 0.1), any shape.
+      timestep_scale: the network's scale (0.001).
+
+    Returns:
+      A float32 ``np.ndarray`` of the same shape.
+    """
+    return (np.asarray(timesteps).astype(np.float32) * np.float32(timestep_scale)).astype(np.float32)
+
+
+def _check_sigma_bound(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{name}={value!r} must be a number")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a finite positive number")
+    return float(value)
 
 
 def _log32(x: np.float32) -> np.float32:
@@ -157,7 +211,7 @@ def _unipc_update(
 
 
 class FlowUniPCMultistepScheduler(Scheduler):
-    """UniPC multistep sampler for flow-matching models (the Wan default).
+    """UniPC multistep sampler for flow-matching models (Wan; Cosmos-Predict2.5).
 
     Follows diffusers ``UniPCMultistepScheduler`` (file
     ``scheduling_unipc_multistep.py``) with ``prediction_type="flow_prediction"``,
@@ -176,6 +230,14 @@ class FlowUniPCMultistepScheduler(Scheduler):
       shifted by ``flow_shift``; no 1e-6 adjustment; cast to float32; a final 0
       appended. Before the shift this is the diffusers grid lowered by
       ``1/num_train_timesteps`` (up to that float32 rounding).
+    * sigmas (``sigma_grid="karras"``, diffusers with ``use_karras_sigmas=True``):
+      ``k = (sigma_max**(1/rho) + linspace(0, 1, n) * (sigma_min**(1/rho) -
+      sigma_max**(1/rho)))**rho`` in float64, mapped by ``k / (k + 1)``; no
+      shift, no 1e-6 adjustment; cast to float32; a final 0 (or the last
+      sigma, ``final_sigmas_type="sigma_min"``) appended.
+    * sigmas (``sigma_grid="cosmos"``, the Cosmos-Predict2.5 repository with
+      ``use_kerras_sigma=True``): the same with the ramp ``arange(n + 1) / n``,
+      i.e. ``n + 1`` sigmas and steps; a final 0 appended.
     * timesteps: ``sigmas[:-1] * num_train_timesteps`` in float64, *truncated*
       to int64 (not rounded).
     * step ``i``: the UniC corrector first refines ``sample`` using the previous
@@ -200,9 +262,27 @@ class FlowUniPCMultistepScheduler(Scheduler):
         step ``j + 1`` is skipped (diffusers semantics).
       final_sigmas_type: ``"zero"`` (default) or ``"sigma_min"``.
       sigma_grid: ``"diffusers"`` (default; diffusers ``UniPCMultistepScheduler``
-        with ``use_flow_sigmas=True``) or ``"wan"`` (the Wan repository's
+        with ``use_flow_sigmas=True``), ``"wan"`` (the Wan repository's
         ``wan/utils/fm_solvers_unipc.py``, which the original-release
-        checkpoints were published with). The step is the same for both.
+        checkpoints were published with; also the Cosmos-Predict2.5
+        repository's grid without ``use_kerras_sigma``), ``"karras"``
+        (diffusers with ``use_karras_sigmas=True`` and ``use_flow_sigmas=True``)
+        or ``"cosmos"`` (the Cosmos-Predict2.5 repository's
+        ``use_kerras_sigma=True`` grid: ``num_inference_steps + 1`` steps). The
+        step is the same for all.
+      sigma_min, sigma_max: the Karras range before the flow map (``"karras"``:
+        required, a Cosmos-Predict2.5 folder sets 0.01 and 200.0; ``"cosmos"``:
+        default 0.01 and 200, the repository's constants). Only for the two
+        Karras grids.
+      rho: the Karras exponent (7, as diffusers and the repository hard-code).
+      model_timesteps_type: what :attr:`SchedulerState.model_timesteps` holds:
+        ``"timesteps"`` (``float32(timesteps)``), ``"sigmas"`` (``sigmas[:-1]``,
+        diffusers' Cosmos-Predict2.5 pipeline), ``"scaled_timesteps"``
+        (:func:`scale_timesteps` of the int64 timesteps with scale
+        ``1 / num_train_timesteps``: the Cosmos-Predict2.5 repository, whose
+        network rescales internally) or ``None``: ``"sigmas"`` for
+        ``"karras"``, ``"scaled_timesteps"`` for ``"cosmos"``, and no
+        ``model_timesteps`` (``None``) for the other grids.
 
     Raises:
       ValueError: for unsupported option values, naming the option.
@@ -218,6 +298,10 @@ class FlowUniPCMultistepScheduler(Scheduler):
         disable_corrector: Sequence[int] = (),
         final_sigmas_type: str = "zero",
         sigma_grid: str = "diffusers",
+        sigma_min: float | None = None,
+        sigma_max: float | None = None,
+        rho: float = COSMOS_RHO,
+        model_timesteps_type: str | None = None,
     ):
         super().__init__(num_train_timesteps=num_train_timesteps, flow_shift=flow_shift)
         if isinstance(solver_order, bool) or int(solver_order) != solver_order or solver_order < 1:
@@ -233,6 +317,46 @@ class FlowUniPCMultistepScheduler(Scheduler):
         if sigma_grid == "wan" and final_sigmas_type != "zero":
             # The Wan repository's "sigma_min" branch reads an attribute its class never sets (it raises).
             raise ValueError(f"sigma_grid='wan' supports only final_sigmas_type='zero', got {final_sigmas_type!r}")
+        if sigma_grid in KARRAS_GRIDS:
+            if self.flow_shift != 1.0:
+                # Neither diffusers' Karras branch nor the Cosmos repository's shifts these sigmas.
+                raise ValueError(
+                    f"flow_shift={flow_shift!r} has no effect with sigma_grid={sigma_grid!r} (Karras sigmas are "
+                    "not shifted); leave flow_shift at 1.0"
+                )
+            if sigma_grid == "cosmos":
+                if final_sigmas_type != "zero":
+                    # The repository's "sigma_min" branch reads self.alphas_cumprod, which its class never sets.
+                    raise ValueError(
+                        f"sigma_grid='cosmos' supports only final_sigmas_type='zero', got {final_sigmas_type!r}"
+                    )
+                sigma_min = COSMOS_SIGMA_MIN if sigma_min is None else sigma_min
+                sigma_max = COSMOS_SIGMA_MAX if sigma_max is None else sigma_max
+            if sigma_min is None or sigma_max is None:
+                raise ValueError(
+                    "sigma_grid='karras' needs sigma_min and sigma_max (diffusers' fallback to the beta schedule's "
+                    "range is not implemented); a Cosmos-Predict2.5 folder sets sigma_min=0.01, sigma_max=200.0"
+                )
+            sigma_min = _check_sigma_bound("sigma_min", sigma_min)
+            sigma_max = _check_sigma_bound("sigma_max", sigma_max)
+            rho = _check_sigma_bound("rho", rho)
+            if sigma_min >= sigma_max:
+                raise ValueError(f"sigma_min={sigma_min!r} must be below sigma_max={sigma_max!r}")
+            if np.float32(sigma_max / (1.0 + sigma_max)) >= 1.0:
+                raise ValueError(
+                    f"sigma_max={sigma_max!r} is too large: its flow sigma sigma_max / (1 + sigma_max) rounds to 1 "
+                    "in float32, where the UniPC step is undefined"
+                )
+        elif sigma_min is not None or sigma_max is not None or rho != COSMOS_RHO:
+            raise ValueError(
+                f"sigma_min, sigma_max and rho apply only to sigma_grid 'karras' or 'cosmos', not {sigma_grid!r}"
+            )
+        if model_timesteps_type is None:
+            model_timesteps_type = {"karras": "sigmas", "cosmos": "scaled_timesteps"}.get(sigma_grid)
+        elif model_timesteps_type not in MODEL_TIMESTEPS_TYPES:
+            raise ValueError(
+                f"model_timesteps_type={model_timesteps_type!r} is not supported; supported: {MODEL_TIMESTEPS_TYPES}"
+            )
         if not lower_order_final and solver_order > 1 and final_sigmas_type == "zero":
             raise ValueError(
                 "lower_order_final=False with solver_order > 1 and final_sigmas_type='zero' is not supported: "
@@ -244,6 +368,10 @@ class FlowUniPCMultistepScheduler(Scheduler):
         self.disable_corrector = tuple(int(j) for j in (disable_corrector or ()))
         self.final_sigmas_type = final_sigmas_type
         self.sigma_grid = sigma_grid
+        self.sigma_min = sigma_min
+        self.sigma_max = sigma_max
+        self.rho = float(rho)
+        self.model_timesteps_type = model_timesteps_type
 
     @property
     def config(self) -> dict[str, Any]:
@@ -256,6 +384,10 @@ class FlowUniPCMultistepScheduler(Scheduler):
             "disable_corrector": self.disable_corrector,
             "final_sigmas_type": self.final_sigmas_type,
             "sigma_grid": self.sigma_grid,
+            "sigma_min": self.sigma_min,
+            "sigma_max": self.sigma_max,
+            "rho": self.rho,
+            "model_timesteps_type": self.model_timesteps_type,
         }
 
     # -- schedule --------------------------------------------------------
@@ -268,26 +400,46 @@ class FlowUniPCMultistepScheduler(Scheduler):
           ``(num_inference_steps + 1,)``, ``timesteps`` int64
           ``(num_inference_steps,)``, equal to diffusers' ``scheduler.sigmas``
           and ``scheduler.timesteps`` (with ``sigma_grid="wan"``, to the Wan
-          repository scheduler's).
+          repository scheduler's; with ``"cosmos"``, to the Cosmos-Predict2.5
+          repository scheduler's, whose schedule has ``num_inference_steps + 1``
+          steps: ``state.num_inference_steps`` counts them); ``model_timesteps``
+          float32 ``(state.num_inference_steps,)`` per ``model_timesteps_type``,
+          or ``None``.
 
         Raises:
           ValueError: if ``num_inference_steps`` is not a positive integer.
         """
         n = self._check_num_steps(num_inference_steps)
         n_train = self.num_train_timesteps
-        if self.sigma_grid == "wan":
+        if self.sigma_grid in KARRAS_GRIDS:
+            # diffusers' _convert_to_karras: n points, ramp linspace(0, 1, n); the Cosmos repository:
+            # n + 1 points, ramp arange(n + 1) / n. Both in float64, then the flow map s / (1 + s).
+            ramp = np.linspace(0, 1, n) if self.sigma_grid == "karras" else np.arange(n + 1) / n
+            min_inv_rho = self.sigma_min ** (1 / self.rho)
+            max_inv_rho = self.sigma_max ** (1 / self.rho)
+            s = (max_inv_rho + ramp * (min_inv_rho - max_inv_rho)) ** self.rho
+            s = s / (1 + s)
+        elif self.sigma_grid == "wan":
             # Wan starts from the top of its float32 training sigmas (1 - 1/N), not from 1, and ends at 0.
             top = float(np.float32(1.0 - 1.0 / n_train))
             s = np.linspace(top, 0.0, n + 1)[:-1]
         else:
             s = np.linspace(1.0, 1.0 / n_train, n + 1)[:-1]
-        s = self.flow_shift * s / (1.0 + (self.flow_shift - 1.0) * s)
+        if self.sigma_grid not in KARRAS_GRIDS:
+            s = self.flow_shift * s / (1.0 + (self.flow_shift - 1.0) * s)
         if self.sigma_grid == "diffusers" and abs(s[0] - 1.0) < 1e-6:
             s[0] -= 1e-6
         timesteps = (s * n_train).astype(np.int64)  # truncation, as torch .to(int64)
         last = 0.0 if self.final_sigmas_type == "zero" else s[-1]
         sigmas = np.concatenate([s, [last]]).astype(np.float32)
-        return SchedulerState(sigmas=sigmas, timesteps=timesteps)
+        model_timesteps = None
+        if self.model_timesteps_type == "timesteps":
+            model_timesteps = timesteps.astype(np.float32)
+        elif self.model_timesteps_type == "sigmas":
+            model_timesteps = sigmas[:-1].copy()
+        elif self.model_timesteps_type == "scaled_timesteps":
+            model_timesteps = scale_timesteps(timesteps, 1.0 / n_train)
+        return SchedulerState(sigmas=sigmas, timesteps=timesteps, model_timesteps=model_timesteps)
 
     # -- coefficients (host, float32 as diffusers) -----------------------
 
@@ -410,5 +562,6 @@ class FlowUniPCMultistepScheduler(Scheduler):
             prev_step_index=i,
             lower_order_nums=min(state.lower_order_nums + 1, self.solver_order),
             last_order=order,
+            model_timesteps=state.model_timesteps,
         )
         return prev, new_state
