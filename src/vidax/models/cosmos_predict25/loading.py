@@ -150,23 +150,28 @@ def check_components(ckpt: CosmosPredict25Checkpoint, tcfg, vcfg) -> None:
         raise CheckpointError(f"{ckpt.folder}: " + "; ".join(problems) + ": the components belong to different models")
 
 
-def make_scheduler(ckpt: CosmosPredict25Checkpoint) -> dict:
-    """The folder's sampler: ``{"scheduler": FlowUniPCMultistepScheduler, "model_timesteps": state -> (n,) float32}``.
+def make_scheduler(ckpt: CosmosPredict25Checkpoint):
+    """The folder's sampler (:class:`vidax.schedulers.unipc.FlowUniPCMultistepScheduler`; its states'
+    ``model_timesteps`` are the transformer's timestep input at each step).
 
-    A diffusers (or converted) folder's ``scheduler_config.json`` (diffusers' Karras flow grid; the transformer is
-    given each step's sigma); an original release's variant's sampler (the release's ``n + 1``-point Karras grid or
-    the shifted grid, the transformer given ``int64(1000 sigma) / 1000``), as
-    :func:`vidax.schedulers.cosmos_sampler` builds them.
+    A diffusers (or converted) folder: its ``scheduler_config.json`` (diffusers' Karras flow grid; the transformer is
+    given each step's sigma). An original release: its variant's experiment (docs/design.md, "Schedule"): the
+    post-trained checkpoints' ``n + 1``-point Karras grid (``sigma_grid="cosmos"``), the pre-trained ones' shift-5
+    linear grid (the Wan grid), the transformer given the truncated timestep times 0.001 either way.
 
     Raises:
       ValueError: a scheduler configuration the sampler does not support.
     """
-    from vidax.schedulers import cosmos_sampler
+    from vidax.schedulers import scheduler_from_config
+    from vidax.schedulers.unipc import FlowUniPCMultistepScheduler
 
     if ckpt.layout == ORIGINAL:
         variant = VARIANTS[ckpt.variant]
-        return cosmos_sampler(original=True, karras=variant.karras, flow_shift=variant.flow_shift)
-    return cosmos_sampler(config=ckpt.scheduler_config())
+        if variant.karras:
+            return FlowUniPCMultistepScheduler(sigma_grid="cosmos")
+        return FlowUniPCMultistepScheduler(flow_shift=variant.flow_shift, sigma_grid="wan",
+                                           model_timesteps_type="scaled_timesteps")
+    return scheduler_from_config(dict(ckpt.scheduler_config()))
 
 
 def load_components(ckpt: CosmosPredict25Checkpoint, tcfg, vcfg, *, dtype: Any, vae_dtype: Any,

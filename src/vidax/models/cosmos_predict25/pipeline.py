@@ -99,7 +99,7 @@ class CosmosPredict25Pipeline:
     """
 
     def __init__(self, ckpt, transformer_cfg, transformer_params: dict, stacks, vae_cfg, vae_params: dict, text,
-                 scheduler_spec: dict, attention: str = "auto", mesh=None, rules=COSMOS_PREDICT25_RULES,
+                 scheduler, attention: str = "auto", mesh=None, rules=COSMOS_PREDICT25_RULES,
                  offload_overlap: bool = True):
         self.ckpt = ckpt
         self.folder = ckpt.folder
@@ -110,7 +110,7 @@ class CosmosPredict25Pipeline:
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         self.text = text  # vidax.models.cosmos_predict25.loading.TextEncoder
-        self.scheduler_spec = scheduler_spec  # {"config": ..., "model_timesteps": "sigmas" | "original"}
+        self.scheduler = scheduler  # FlowUniPCMultistepScheduler: its states' model_timesteps feed the transformer
         self.variant = VARIANTS.get(ckpt.variant) if ckpt.layout == "original" else None
         self.attention = AttentionImpl(attention)
         self.mesh = mesh
@@ -201,10 +201,14 @@ class CosmosPredict25Pipeline:
         return (batch, self.vae_cfg.z_dim, (num_frames - 1) // 4 + 1, height // 8, width // 8)
 
     def conditional_frame_timestep(self) -> float | None:
-        """The conditioning frames' timestep (network units, 0..1): diffusers' 1e-4; an original release's
-        variant's (None: the noisy frames' timestep, the pre-trained checkpoints)."""
+        """The conditioning frames' timestep as the transformer takes it (0..1): diffusers' 1e-4; an original
+        release's variant's, scaled as its network scales it (0.1 -> ``float32(0.1) * float32(0.001)``; None: the
+        noisy frames' timestep, the pre-trained checkpoints)."""
         if self.variant is not None:
-            return self.variant.conditional_frame_timestep
+            from vidax.schedulers.unipc import scale_timesteps
+
+            t = self.variant.conditional_frame_timestep
+            return None if t is None else float(scale_timesteps(np.float32(t)))
         return CONDITIONAL_FRAME_TIMESTEP
 
     def encode_condition(self, pixels: np.ndarray, batch: int) -> jax.Array:
@@ -319,7 +323,7 @@ class CosmosPredict25Pipeline:
                              "frames): generate more frames or pass num_latent_conditional_frames=1")
         pixels, cond_frames = conditioning_pixels(image, video, height, width, n_cond)
         check_parallel(self.transformer_cfg, self.mesh, self.rules, batch=2 * b if guided else b)
-        scheduler = self.scheduler_spec["scheduler"]
+        scheduler = self.scheduler
         progress = as_progress(self.progress if progress is None else progress)
         metrics: dict[str, Any] = {"load_s": self.load_seconds, "vae_encode_s": 0.0}
 
@@ -350,7 +354,8 @@ class CosmosPredict25Pipeline:
         cond_mask = jnp.broadcast_to(indicator, (b, 1, t, h, w))
         gt_velocity = (noise - cond_latents) * cond_mask
         cft = self.conditional_frame_timestep()
-        model_timesteps = self.scheduler_spec["model_timesteps"](state)
+        model_timesteps = np.asarray(state.model_timesteps, np.float32)
+        steps = int(state.num_inference_steps)  # an original release's Karras grid: n + 1
         metrics.update(parallel_metrics(self.mesh, self.rules, self.transformer_cfg.num_attention_heads,
                                         self.attention))
         aux_device = first_device(self.vae_params)
@@ -381,8 +386,8 @@ class CosmosPredict25Pipeline:
             metrics.update(cp_block_loop.block_metrics(self.stacks, self.offload_overlap))
 
             step_times = []
-            with progress.stage("denoising", total=n, unit="step") as stage:
-                for i in range(n):
+            with progress.stage("denoising", total=steps, unit="step") as stage:
+                for i in range(steps):
                     ts = time.perf_counter()
                     args = to_mesh(inputs(x, model_timesteps[i]), self.mesh, rules, split_batch=True)
                     pred = compiled(self.transformer_params, (*args, emb_m))
@@ -402,7 +407,7 @@ class CosmosPredict25Pipeline:
         metrics["vae_decode_s"] = time.perf_counter() - t0
         if output_type == "uint8":
             frames = np.round(frames * 255.0).astype(np.uint8)
-        finish_metrics(metrics, height=height, width=width, num_frames=frames.shape[1], num_inference_steps=n,
+        finish_metrics(metrics, height=height, width=width, num_frames=frames.shape[1], num_inference_steps=steps,
                        fps=self.fps)
         return VideoOutput(frames=frames, fps=self.fps, metrics=metrics, latents=np.asarray(x))
 

@@ -38,8 +38,9 @@ class Variant:
       karras: the Karras sigma grid (sigma_max 200, sigma_min 0.01, rho 7, ``num_steps + 1`` points) instead of
         the shifted linear grid.
       flow_shift: the shifted linear grid's shift (unused on the Karras grid).
-      conditional_frame_timestep: the timestep of the conditioning latent frames, in the network's 0-1 units
-        (the experiment's value times the network's ``timestep_scale`` 0.001); None: the noisy frames' timestep.
+      conditional_frame_timestep: the timestep of the conditioning latent frames in the sampler's 0-1000 units (the
+        experiment's value; the network scales it by its ``timestep_scale`` 0.001); None: the noisy frames'
+        timestep (the experiment's -1).
     """
 
     name: str
@@ -48,7 +49,9 @@ class Variant:
     conditional_frame_timestep: float | None = None
 
 
-#: The release's checkpoints by the uuid in their file name (``base/<variant>/<uuid>_ema_bf16.pt``).
+#: The release's checkpoints by the uuid in their file name (``base/<variant>/<uuid>_ema_bf16.pt``). The 14B
+#: post-trained one is not in the original repository's checkpoint table (its snapshot of 2025-10-06): it is run as
+#: the 2B post-trained one is.
 CHECKPOINTS: dict[str, tuple[str, str]] = {
     "81edfebe-bd6a-4039-8c1d-737df1a790bf": ("2B", "post-trained"),
     "d20b7120-df3e-4911-919d-db6e08bad31c": ("2B", "pre-trained"),
@@ -59,7 +62,7 @@ CHECKPOINTS: dict[str, tuple[str, str]] = {
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in [
-        Variant("post-trained", karras=True, conditional_frame_timestep=0.1 * 0.001),
+        Variant("post-trained", karras=True, conditional_frame_timestep=0.1),
         Variant("pre-trained", karras=False, flow_shift=5.0, conditional_frame_timestep=None),
     ]
 }
