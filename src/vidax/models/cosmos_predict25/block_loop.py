@@ -126,8 +126,9 @@ def compile_step(params: dict, stacks: dict[str, OffloadedStack] | None, args: t
       ValueError: inputs of the wrong shape or a mesh the model cannot use (at compile time, before anything runs).
     """
     if not stacks:
-        return compile_whole(params, args, finish_args, cfg=cfg, attention=attention, prepare=prepare, finish=finish,
-                             mesh=mesh, rules=rules, compiler_options=compiler_options)
+        program = compile_whole(params, args, finish_args, cfg=cfg, attention=attention, prepare=prepare,
+                                finish=finish, mesh=mesh, rules=rules, compiler_options=compiler_options)
+        return lambda params, args, finish_args=(): program(params, args, finish_args)
     stack = stacks[STACK]
     pro_c, program, epi_c = compile_pieces(params, stack.abstract_chunk(), args, finish_args, cfg=cfg,
                                            attention=attention, prepare=prepare, finish=finish, mesh=mesh,
@@ -148,8 +149,8 @@ def compile_whole(params: dict, args: tuple, finish_args: tuple = (), *, cfg: Co
                   mesh: Mesh | None = None, rules: ShardingRules = COSMOS_PREDICT25_RULES,
                   compiler_options: dict | None = None):
     """The resident step as one compiled program (the block stack under ``lax.scan``): ``program(params, args,
-    finish_args=())``. Arguments as :func:`compile_step`'s (``params`` with the stack; arrays or abstract); a
-    planner reads its ``memory_analysis()``."""
+    finish_args)``. Arguments as :func:`compile_step`'s (``params`` with the stack; arrays or abstract); a planner
+    reads its ``memory_analysis()``."""
     prepare = prepare or _identity_prepare
     finish = finish or _identity_finish
     impl = AttentionImpl(attention)
@@ -158,13 +159,7 @@ def compile_whole(params: dict, args: tuple, finish_args: tuple = (), *, cfg: Co
         out = forward(params, *prepare(*args), cfg=cfg, attention_impl=impl, mesh=mesh, rules=rules)
         return replicated(finish(out, *finish_args), mesh)
 
-    compiled = jax.jit(whole).lower(params, args, finish_args).compile(compiler_options)
-
-    def step(params, args, finish_args=()):
-        return compiled(params, args, finish_args)
-
-    step.compiled = compiled
-    return step
+    return jax.jit(whole).lower(params, args, finish_args).compile(compiler_options)
 
 
 def compile_pieces(params: dict, chunk: dict, args: tuple, finish_args: tuple = (), *,
