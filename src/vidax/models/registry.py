@@ -43,6 +43,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "vidax.models.ltx.family",
     "vidax.models.hunyuanvideo.family",
     "vidax.models.hunyuanvideo15.family",
+    "vidax.models.cosmos_predict25.family",
 )
 
 #: The generation settings every family's pipeline call takes (``pipe(prompt, negative_prompt, **these)``).

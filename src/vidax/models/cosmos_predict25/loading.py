@@ -88,18 +88,21 @@ def load_vae(ckpt: CosmosPredict25Checkpoint, cfg: wan_vae.WanVAEConfig, dtype: 
 
 
 def transformer_config(ckpt: CosmosPredict25Checkpoint):
-    """The transformer's configuration (``config.json``; the original ``.pt``'s from its tensor shapes)."""
+    """The transformer's configuration (``config.json``; an original ``.pt``'s release by its width and block count,
+    :func:`vidax.models.cosmos_predict25.keymap.original_config`)."""
     from vidax.models.cosmos_predict25.config import CosmosTransformerConfig
 
     if ckpt.layout == ORIGINAL:
-        from vidax.models.cosmos_predict25.keymap import original_transformer_config
+        from vidax.checkpoint.reader import CheckpointReader
+        from vidax.models.cosmos_predict25.keymap import original_config
 
-        return original_transformer_config(ckpt.transformer)
+        return original_config(CheckpointReader(ckpt.transformer), str(ckpt.transformer))
     return CosmosTransformerConfig.from_dict(read_json(ckpt.transformer / "config.json"))
 
 
 def load_transformer(ckpt: CosmosPredict25Checkpoint, cfg, dtype: Any, shardings=None) -> dict:
-    """The transformer's parameters in the folder's layout (identity names for a converted folder).
+    """The transformer's parameters in the folder's layout (:func:`vidax.models.cosmos_predict25.keymap.
+    transformer_checkpoint`; identity names for a converted folder).
 
     Raises:
       CheckpointError: weights that do not match ``cfg`` (every mismatch listed).
@@ -108,16 +111,14 @@ def load_transformer(ckpt: CosmosPredict25Checkpoint, cfg, dtype: Any, shardings
     from vidax.checkpoint.loader import load_params
     from vidax.checkpoint.reader import CheckpointReader
     from vidax.checkpoint.writer import VIDAX_WEIGHTS
-    from vidax.models.cosmos_predict25.keymap import transformer_keymap, transformer_keymap_original
+    from vidax.models.cosmos_predict25.keymap import transformer_checkpoint
     from vidax.models.cosmos_predict25.transformer import transformer_specs
 
     specs = transformer_specs(cfg)
     if ckpt.layout == VIDAX:
         reader, km = CheckpointReader(ckpt.transformer / VIDAX_WEIGHTS), identity_keymap(specs)
-    elif ckpt.layout == ORIGINAL:
-        reader, km = CheckpointReader(ckpt.transformer), transformer_keymap_original(cfg)
     else:
-        reader, km = CheckpointReader(ckpt.transformer), transformer_keymap(cfg)
+        reader, km = transformer_checkpoint(CheckpointReader(ckpt.transformer), cfg, ckpt.layout)
     return load_params(reader, km, specs, np.dtype(dtype), source=str(ckpt.transformer), shardings=shardings)
 
 
@@ -139,7 +140,7 @@ def check_components(ckpt: CosmosPredict25Checkpoint, tcfg, vcfg) -> None:
     """
     problems = []
     width = text_width(ckpt)
-    want = tcfg.crossattn_proj_in_channels if tcfg.use_crossattn_projection else tcfg.text_embed_dim
+    want = tcfg.context_in_channels
     if width != want:
         problems.append(f"the text encoder gives {width} features per token (layers x width) but the transformer "
                         f"takes {want}")

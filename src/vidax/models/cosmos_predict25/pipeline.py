@@ -86,6 +86,37 @@ def guide(pred: jax.Array, gt_velocity: jax.Array, cond_mask: jax.Array, guidanc
     return cond + guidance_scale * (cond - uncond)
 
 
+def step_hooks(dtype: Any, guidance_scale: float | None, conditional_frame_timestep: float | None):
+    """The pipeline's work around the transformer in a compiled step (``prepare`` in its prologue, ``finish`` in its
+    epilogue; :func:`vidax.models.cosmos_predict25.block_loop.compile_step`).
+
+    ``prepare(x, sigma, prompt_embeds, cond_latents, indicator)``: the noisy latents ``x (B, 16, T, h, w)`` with the
+    conditioning latents put in on the frames where ``indicator (B, 1, T, 1, 1)`` is 1, the condition mask, and the
+    per-frame timestep (``sigma (B,)`` on the noisy frames, ``conditional_frame_timestep`` on the conditioning ones,
+    or ``sigma`` everywhere when it is None), in ``dtype``; with guidance the video inputs doubled for the
+    ``[negative, prompt]`` batch (the text comes doubled). ``finish(prediction, gt_velocity, indicator)``:
+    :func:`guide`.
+    """
+    rows = 1 if guidance_scale is None else 2
+
+    def prepare(x, sigma, emb, cond_latents, indicator):
+        b, _, t, h, w = x.shape
+        mask = jnp.broadcast_to(indicator, (b, 1, t, h, w))
+        mixed = mask * cond_latents + (1.0 - mask) * x
+        ts = jnp.broadcast_to(sigma.astype(jnp.float32).reshape(b, 1, 1, 1, 1), (b, 1, t, 1, 1))
+        if conditional_frame_timestep is not None:
+            ts = indicator * jnp.float32(conditional_frame_timestep) + (1.0 - indicator) * ts
+        double = (lambda a: jnp.concatenate([a] * rows)) if rows > 1 else (lambda a: a)
+        return cp_block_loop.TransformerInputs(double(mixed).astype(dtype), double(ts), emb.astype(dtype),
+                                               double(mask).astype(dtype))
+
+    def finish(pred, gt_velocity, indicator):
+        b, _, t, h, w = gt_velocity.shape
+        return guide(pred, gt_velocity, jnp.broadcast_to(indicator, (b, 1, t, h, w)), guidance_scale)
+
+    return prepare, finish
+
+
 class CosmosPredict25Pipeline:
     """Cosmos-Predict2.5 text-, image- and video-to-world, loaded once from a diffusers, original or converted folder.
 
@@ -189,7 +220,7 @@ class CosmosPredict25Pipeline:
     @property
     def compute_dtype(self) -> np.dtype:
         """The transformer's weight dtype (``from_pretrained``'s ``dtype``)."""
-        return cp_block_loop.compute_dtype(self.transformer_params)
+        return self.transformer_params["proj_out"]["kernel"].dtype
 
     @property
     def block_loop(self) -> str:
@@ -235,17 +266,21 @@ class CosmosPredict25Pipeline:
         """The whole transformer parameter tree, the stack stacked (a device copy with chunks; tools and tests)."""
         return cp_block_loop.stacked_tree(self.transformer_params, self.stacks)
 
-    def compile_step(self, args: tuple):
-        """Compile one transformer evaluation for these inputs (placed as the call places them).
+    def compile_step(self, args: tuple, finish_args: tuple, guidance_scale: float | None,
+                     conditional_frame_timestep: float | None):
+        """Compile one sampler step's transformer evaluation for these inputs (placed as the call places them).
 
-        ``args``: ``(latents (B', 16, T, h, w), condition_mask (B', 1, T, h, w), timestep (B', 1, T, 1, 1) float32,
-        prompt_embeds (B', 512, D))`` with ``B' = 2B`` rows ``[negative, prompt]`` under guidance.
+        ``args``: ``(x (B, 16, T, h, w) float32, sigma (B,) float32, prompt_embeds (B', 512, D), cond_latents
+        (B, 16, T, h, w), indicator (B, 1, T, 1, 1))`` with ``B' = 2B`` rows ``[negative, prompt]`` under guidance;
+        ``finish_args``: ``(gt_velocity (B, 16, T, h, w), indicator)`` (:func:`step_hooks`).
 
         Returns:
-          ``step(params, args) -> (B', 16, T, h, w)`` the transformer's output.
+          ``step(params, args, finish_args) -> float32 (B, 16, T, h, w)``: the step's velocity.
         """
-        return cp_block_loop.compile_step(self.transformer_params, self.stacks, args, cfg=self.transformer_cfg,
-                                          attention=self.attention, mesh=self.mesh, rules=self.rules,
+        prepare, finish = step_hooks(self.compute_dtype, guidance_scale, conditional_frame_timestep)
+        return cp_block_loop.compile_step(self.transformer_params, self.stacks, args, finish_args,
+                                          cfg=self.transformer_cfg, attention=self.attention, prepare=prepare,
+                                          finish=finish, mesh=self.mesh, rules=self.rules,
                                           overlap=self.offload_overlap)
 
     def __call__(
@@ -340,7 +375,7 @@ class CosmosPredict25Pipeline:
             noise = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
         else:
             noise = jnp.asarray(latents, jnp.float32)
-        b_, c, t, h, w = shape
+        t = shape[2]
         cond_latents = jnp.zeros(shape, jnp.float32)
         if pixels is not None:
             t0 = time.perf_counter()
@@ -349,10 +384,9 @@ class CosmosPredict25Pipeline:
                 cond_latents = cond_latents.at[:, :, :cond_frames].set(z[:, :, :cond_frames])
                 jax.block_until_ready(cond_latents)
             metrics["vae_encode_s"] = time.perf_counter() - t0
-        indicator = (jnp.arange(t) < cond_frames).astype(jnp.float32).reshape(1, 1, t, 1, 1)
-        indicator = jnp.broadcast_to(indicator, (b, 1, t, 1, 1))
-        cond_mask = jnp.broadcast_to(indicator, (b, 1, t, h, w))
-        gt_velocity = (noise - cond_latents) * cond_mask
+        indicator = jnp.broadcast_to((jnp.arange(t) < cond_frames).astype(jnp.float32).reshape(1, 1, t, 1, 1),
+                                     (b, 1, t, 1, 1))
+        gt_velocity = (noise - cond_latents) * indicator
         cft = self.conditional_frame_timestep()
         model_timesteps = np.asarray(state.model_timesteps, np.float32)
         steps = int(state.num_inference_steps)  # an original release's Karras grid: n + 1
@@ -360,27 +394,17 @@ class CosmosPredict25Pipeline:
                                         self.attention))
         aux_device = first_device(self.vae_params)
         rules = self.rules
-        dtype = self.compute_dtype
-        rows = 2 if guided else 1
-
-        @jax.jit
-        def inputs(x, sigma):
-            mixed = cond_mask * cond_latents + (1.0 - cond_mask) * x
-            ts = jnp.full((b, 1, t, 1, 1), sigma, jnp.float32)
-            if cft is not None:
-                ts = indicator * jnp.float32(cft) + (1.0 - indicator) * ts
-            mask = cond_mask.astype(dtype)
-            return (jnp.concatenate([mixed] * rows).astype(dtype), jnp.concatenate([mask] * rows),
-                    jnp.concatenate([ts] * rows))
-
-        velocity = jax.jit(lambda pred: guide(pred, gt_velocity, cond_mask, scale if guided else None))
-        x = noise
+        g = scale if guided else None
+        x, cond_m, ind_m, gt_m = to_mesh((noise, cond_latents, indicator, gt_velocity), self.mesh, rules)
         with mesh_context(self.mesh):
             t0 = time.perf_counter()
-            emb_m = to_mesh(embeds.astype(dtype), self.mesh, rules, split_batch=True)
+            emb_m = to_mesh(embeds, self.mesh, rules, split_batch=True)
+
+            def sigma(i):
+                return to_mesh(jnp.full((b,), model_timesteps[i], jnp.float32), self.mesh, rules)
+
             with progress.stage("compiling"), recording() as ran:
-                first = to_mesh(inputs(x, model_timesteps[0]), self.mesh, rules, split_batch=True)
-                compiled = self.compile_step((*first, emb_m))
+                compiled = self.compile_step((x, sigma(0), emb_m, cond_m, ind_m), (gt_m, ind_m), g, cft)
             self._attention_ran = metrics["attention"] = ran_label(ran, self.attention, self._attention_ran)
             metrics["compile_s"] = time.perf_counter() - t0
             metrics.update(cp_block_loop.block_metrics(self.stacks, self.offload_overlap))
@@ -389,11 +413,8 @@ class CosmosPredict25Pipeline:
             with progress.stage("denoising", total=steps, unit="step") as stage:
                 for i in range(steps):
                     ts = time.perf_counter()
-                    args = to_mesh(inputs(x, model_timesteps[i]), self.mesh, rules, split_batch=True)
-                    pred = compiled(self.transformer_params, (*args, emb_m))
-                    if self.mesh is not None:
-                        pred = jax.device_put(pred, first_device(x))
-                    x, state = scheduler.step(state, velocity(pred), x, i)
+                    v = compiled(self.transformer_params, (x, sigma(i), emb_m, cond_m, ind_m), (gt_m, ind_m))
+                    x, state = scheduler.step(state, v, x, i)
                     jax.block_until_ready(x)
                     step_times.append(time.perf_counter() - ts)
                     stage.update()

@@ -60,6 +60,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import timestep_embedding
+from vidax.core.images import nearest_indices
 from vidax.core.layers import gelu, layer_norm, linear, rms_norm
 from vidax.core.parallel import ShardContext, pad_axis, padded_length, sequence_mode
 from vidax.core.params import ParamSpec, SpecTree, linear_spec
@@ -261,18 +262,6 @@ def project_context(params: dict, encoder_hidden_states: jax.Array, cfg: CosmosT
     return gelu(linear(params["crossattn_proj"], encoder_hidden_states, jnp.float32))
 
 
-def nearest_indices(n_in: int, n_out: int) -> np.ndarray:
-    """Source indices of a nearest resize from ``n_in`` to ``n_out`` samples, as ``torch.nn.functional.interpolate(
-    mode="nearest")`` picks them (torchvision's ``resize(..., NEAREST)`` of the padding mask): ``floor(i * (n_in /
-    n_out))`` in float32, clamped (the identity and the exact doubling as the special cases PyTorch makes them)."""
-    if n_out == n_in:
-        return np.arange(n_out)
-    if n_out == 2 * n_in:
-        return np.arange(n_out) // 2
-    scale = np.float32(n_in) / np.float32(n_out)
-    return np.minimum(np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64), n_in - 1)
-
-
 def patchify(x: jax.Array, patch_size: tuple[int, int, int]) -> jax.Array:
     """``(B, C, T, H, W) -> (B, T'H'W', C p_t p_h p_w)``: tokens in ``(t, h, w)`` raster order, features in
     ``(c, p_t, p_h, p_w)`` order (``CosmosPatchEmbed``; the original's ``"b c (t r) (h m) (w n) -> b t h w (c r m
@@ -302,8 +291,9 @@ def embed_latents(params: dict, latents: jax.Array, condition_mask: jax.Array | 
     Args:
       latents: ``(B, out_channels, T, H, W)``.
       condition_mask: ``(B, 1, T, H, W)`` or None (zeros) with a condition channel (``cfg.condition_channels``).
-      padding_mask: ``(B or 1, 1, Hm, Wm)`` resized to ``(H, W)`` by :func:`nearest_indices` and repeated over the
-        frames, or None (zeros: the pipeline's padding mask); with ``concat_padding_mask``.
+      padding_mask: ``(B or 1, 1, Hm, Wm)`` resized to ``(H, W)`` by PyTorch's nearest rule
+        (:func:`vidax.core.images.nearest_indices`) and repeated over the frames, or None (zeros: the pipeline's
+        padding mask); with ``concat_padding_mask``.
     """
     b, _, t, h, w = latents.shape
     parts = [latents.astype(jnp.float32)]
@@ -703,6 +693,6 @@ def forward_epilogue(params: dict, x: jax.Array, inputs: BlockInputs, *, cfg: Co
 
 __all__ = ["NORM_EPS", "POS_EMB_EPS", "ROPE_THETA", "STACK", "BlockInputs", "adaln_modulation", "apply_rope", "block",
            "block_input_specs", "check_inputs", "cross_attention", "embed_latents", "feed_forward", "forward",
-           "forward_epilogue", "forward_prologue", "learnable_pos_embedding", "nearest_indices", "num_tokens",
+           "forward_epilogue", "forward_prologue", "learnable_pos_embedding", "num_tokens",
            "patchify", "project_context", "rope_tables", "run_blocks", "self_attention", "time_embedding",
            "token_grid", "transformer_specs", "unpatchify"]
