@@ -175,11 +175,13 @@ def _sampler(ckpt) -> list[str]:
         label, where = f"scheduler ({ckpt.variant})", f"none in the folder: the {ckpt.variant} checkpoints' sampler"
     else:
         label, where = "scheduler", str(ckpt.scheduler)
-    grid = {"cosmos": f"the repository's Karras grid (sigma {sched.sigma_max:g} to {sched.sigma_min:g}, "
-                      "num_inference_steps + 1 steps)",
-            "karras": f"diffusers' Karras flow grid (sigma {sched.sigma_max:g} to {sched.sigma_min:g})",
-            "wan": f"the shifted linear grid (shift {sched.flow_shift:g}, the Wan repository's)",
-            "diffusers": f"diffusers' flow grid (shift {sched.flow_shift:g})"}[sched.sigma_grid]
+    if sched.sigma_grid in ("cosmos", "karras"):
+        grid = (f"the repository's Karras grid (sigma {sched.sigma_max:g} to {sched.sigma_min:g}, num_inference_steps "
+                "+ 1 steps)" if sched.sigma_grid == "cosmos"
+                else f"diffusers' Karras flow grid (sigma {sched.sigma_max:g} to {sched.sigma_min:g})")
+    else:
+        grid = (f"the shifted linear grid (shift {sched.flow_shift:g}, the Wan repository's)"
+                if sched.sigma_grid == "wan" else f"diffusers' flow grid (shift {sched.flow_shift:g})")
     fed = {"sigmas": "sigma", "scaled_timesteps": "the truncated timestep x 0.001",
            "timesteps": "the timestep"}[sched.model_timesteps_type]
     return [f"{label}: {where} (UniPC on {grid}; the transformer given {fed})"]
