@@ -212,18 +212,24 @@ def scheduler_config(ckpt) -> dict:
     return VARIANTS[ckpt.variant].scheduler_config() if ckpt.layout == ORIGINAL else ckpt.scheduler_config()
 
 
-def model_name(ckpt, tcfg) -> str:
-    """``"Cosmos-Predict2.5 2B post-trained"``: the size where the file name or the architecture tells, and the
-    release's variant."""
+def model_size(ckpt, tcfg) -> str | None:
+    """``"2B"`` / ``"14B"``: the release's size where the ``.pt`` file's name or the architecture tells, else None."""
     from vidax.models.cosmos_predict25.config import ORIGINAL_ALIASES, ORIGINAL_CONFIGS
 
-    size = ckpt.size
-    if size is None:
-        for short, full in ORIGINAL_ALIASES.items():
-            c = ORIGINAL_CONFIGS[full]
-            if (c["num_attention_heads"], c["num_layers"]) == (tcfg.num_attention_heads, tcfg.num_layers):
-                size = short
-    return " ".join(p for p in ("Cosmos-Predict2.5", size, ckpt.variant) if p)
+    if ckpt.size is not None:
+        return ckpt.size
+    for short, full in ORIGINAL_ALIASES.items():
+        c = ORIGINAL_CONFIGS[full]
+        if (c["num_attention_heads"], c["attention_head_dim"], c["num_layers"]) == (
+                tcfg.num_attention_heads, tcfg.attention_head_dim, tcfg.num_layers):
+            return short
+    return None
+
+
+def model_name(ckpt, tcfg) -> str:
+    """``"Cosmos-Predict2.5 2B post-trained"``: the size (:func:`model_size`) and the release's variant where
+    known."""
+    return " ".join(p for p in ("Cosmos-Predict2.5", model_size(ckpt, tcfg), ckpt.variant) if p)
 
 
 def write_text_encoder(folder: Path, src: TextSource, dtype: Any) -> int:

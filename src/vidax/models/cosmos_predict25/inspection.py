@@ -45,8 +45,8 @@ def _config_source(ckpt, cfg) -> str:
         return ""
     if (ckpt.transformer.parent / ORIGINAL_CONFIG).is_file():
         return f" (from {ORIGINAL_CONFIG} beside the .pt, not a release's)"
-    size = cconvert.model_name(ckpt, cfg).split()[1]
-    return f" (the {size} release's, by the weights' width {cfg.dim} and {cfg.num_layers} blocks)"
+    return (f" (the {cconvert.model_size(ckpt, cfg)} release's, by the weights' width {cfg.dim} and {cfg.num_layers} "
+            "blocks)")
 
 
 def _vae_summary(ckpt, cfg) -> str:

@@ -29,7 +29,9 @@ Three layouts:
   ``CosmosTransformer3DModel`` keys, with the original network's q/k-norm epsilon (1e-6) unless it sets
   ``qk_norm_eps``: a network of another size in the release's layout (vidax's tests write tiny ones).
 
-* ``"vidax"``: written by ``vidax convert`` (``vidax_index.json``, then the diffusers folder names).
+* ``"vidax"``: written by ``vidax convert`` (``vidax_index.json``, then the diffusers folder names;
+  :mod:`vidax.models.cosmos_predict25.convert`). A converted release keeps its ``variant`` in ``vidax_index.json``
+  (the conditioning frames' timestep, the default step count) and its sampler in ``scheduler/``.
 
 This module reads index and configuration files only (no weights, no JAX).
 """
