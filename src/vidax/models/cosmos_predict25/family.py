@@ -86,9 +86,10 @@ def _check(folder: Path, task: str, call: dict) -> None:
 
 def _resolve(folder: Path, task: str, preset: Any, given: dict, call: dict) -> dict:
     """An original release's step count: its sampler takes ``num_steps + 1`` steps on the Karras grid, so the
-    release's 35 steps are diffusers' 36 (diffusers' default); without flags or a preset, 35 for the release."""
+    release's 35 steps are diffusers' 36 (diffusers' default); without flags or a preset, 35 for the release (and
+    for its converted folder, which keeps the variant)."""
     ckpt = _checkpoint(folder, call)
-    if preset is None and "num_inference_steps" not in given and ckpt.scheduler is None:
+    if preset is None and "num_inference_steps" not in given and ckpt.variant is not None:
         call["num_inference_steps"] = 35
     return call
 

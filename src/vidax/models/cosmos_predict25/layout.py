@@ -22,9 +22,16 @@ Three layouts:
       Cosmos-Reason1-7B/                      the Qwen2.5-VL text encoder and its tokenizer (or text_encoder/)
 
   The run names the transformer it takes (``variant``: ``post-trained`` by default); its sampler is that
-  checkpoint's experiment's (:data:`~vidax.models.cosmos_predict25.presets.VARIANTS`).
+  checkpoint's experiment's (:data:`~vidax.models.cosmos_predict25.presets.VARIANTS`). The ``.pt`` files carry no
+  configuration: the release is recognised by the weights' width and block count
+  (:func:`vidax.models.cosmos_predict25.keymap.original_config`). A ``config.json`` beside a ``.pt``
+  (:data:`ORIGINAL_CONFIG`; no release has one) gives the architecture instead, in diffusers'
+  ``CosmosTransformer3DModel`` keys, with the original network's q/k-norm epsilon (1e-6) unless it sets
+  ``qk_norm_eps``: a network of another size in the release's layout (vidax's tests write tiny ones).
 
-* ``"vidax"``: written by ``vidax convert`` (``vidax_index.json``, then the diffusers folder names).
+* ``"vidax"``: written by ``vidax convert`` (``vidax_index.json``, then the diffusers folder names;
+  :mod:`vidax.models.cosmos_predict25.convert`). A converted release keeps its ``variant`` in ``vidax_index.json``
+  (the conditioning frames' timestep, the default step count) and its sampler in ``scheduler/``.
 
 This module reads index and configuration files only (no weights, no JAX).
 """
@@ -45,6 +52,8 @@ PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"
 EXAMPLE = "nvidia/Cosmos-Predict2.5-2B (revision diffusers/base/post-trained)"
 ORIGINAL_VAE = "tokenizer.pth"
 ORIGINAL_TEXT = ("Cosmos-Reason1-7B", "text_encoder")
+#: An original-layout transformer's optional configuration, beside its ``.pt`` (not in the release; see above).
+ORIGINAL_CONFIG = "config.json"
 DEFAULT_VARIANT = "post-trained"
 #: The scheduler of the diffusers folders (scripts/convert_cosmos_to_diffusers.py), for folders without one.
 DIFFUSERS_SCHEDULER = {"_class_name": "UniPCMultistepScheduler", "use_karras_sigmas": True, "use_flow_sigmas": True,

@@ -20,7 +20,7 @@ from vidax.core.config_values import read_json
 from vidax.core.progress import as_progress
 from vidax.core.residency import OnDemand
 from vidax.models.cosmos_predict25 import text as ctext
-from vidax.models.cosmos_predict25.layout import ORIGINAL, VIDAX, CosmosPredict25Checkpoint
+from vidax.models.cosmos_predict25.layout import ORIGINAL, ORIGINAL_CONFIG, VIDAX, CosmosPredict25Checkpoint
 from vidax.models.cosmos_predict25.presets import VARIANTS
 
 
@@ -88,16 +88,54 @@ def load_vae(ckpt: CosmosPredict25Checkpoint, cfg: wan_vae.WanVAEConfig, dtype: 
 
 
 def transformer_config(ckpt: CosmosPredict25Checkpoint):
-    """The transformer's configuration (``config.json``; an original ``.pt``'s release by its width and block count,
-    :func:`vidax.models.cosmos_predict25.keymap.original_config`)."""
-    from vidax.models.cosmos_predict25.config import CosmosTransformerConfig
+    """The transformer's configuration: ``config.json`` (diffusers keys; a converted folder's also keeps
+    ``qk_norm_eps``); for an original ``.pt`` the release its width and block count match
+    (:func:`vidax.models.cosmos_predict25.keymap.original_config`), or the ``config.json`` beside it
+    (:data:`~vidax.models.cosmos_predict25.layout.ORIGINAL_CONFIG`) with the original's q/k-norm epsilon.
+
+    Raises:
+      CheckpointError: an unreadable file, weights of no release (without a ``config.json`` beside them), a
+        ``qk_norm_eps`` that is not a number. ValueError: an unsupported configuration (named).
+    """
+    from vidax.models.cosmos_predict25.config import DIFFUSERS_QK_NORM_EPS, ORIGINAL_QK_NORM_EPS
 
     if ckpt.layout == ORIGINAL:
+        beside = ckpt.transformer.parent / ORIGINAL_CONFIG
+        if beside.is_file():
+            return config_from_file(beside, ORIGINAL_QK_NORM_EPS)
         from vidax.checkpoint.reader import CheckpointReader
         from vidax.models.cosmos_predict25.keymap import original_config
 
         return original_config(CheckpointReader(ckpt.transformer), str(ckpt.transformer))
-    return CosmosTransformerConfig.from_dict(read_json(ckpt.transformer / "config.json"))
+    path = ckpt.transformer / "config.json"
+    if ckpt.layout == VIDAX:
+        return config_from_file(path, DIFFUSERS_QK_NORM_EPS)
+    from vidax.models.cosmos_predict25.config import CosmosTransformerConfig
+
+    return CosmosTransformerConfig.from_dict(read_json(path))  # diffusers has no qk_norm_eps (its value: 1e-5)
+
+
+def config_from_file(path, qk_norm_eps: float):
+    """A ``CosmosTransformerConfig`` from a ``config.json`` in diffusers' keys plus vidax's ``qk_norm_eps``
+    (``qk_norm_eps``: its value where the file has none).
+
+    Raises:
+      CheckpointError: an unreadable file, a ``qk_norm_eps`` that is not a number. ValueError: an unsupported
+        configuration (named).
+    """
+    import dataclasses
+
+    from vidax.checkpoint.errors import excerpt
+    from vidax.models.cosmos_predict25.config import CosmosTransformerConfig
+
+    config = read_json(path)
+    eps = config.get("qk_norm_eps", qk_norm_eps)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise CheckpointError(f"{path}: qk_norm_eps must be a number, got {excerpt(eps)}")
+    try:
+        return dataclasses.replace(CosmosTransformerConfig.from_dict(config), qk_norm_eps=float(eps))
+    except ValueError as e:
+        raise type(e)(f"{path}: {e}") from None
 
 
 def load_transformer(ckpt: CosmosPredict25Checkpoint, cfg, dtype: Any, shardings=None) -> dict:
@@ -155,24 +193,25 @@ def make_scheduler(ckpt: CosmosPredict25Checkpoint):
     """The folder's sampler (:class:`vidax.schedulers.unipc.FlowUniPCMultistepScheduler`; its states'
     ``model_timesteps`` are the transformer's timestep input at each step).
 
-    A diffusers (or converted) folder: its ``scheduler_config.json`` (diffusers' Karras flow grid; the transformer is
-    given each step's sigma). An original release: its variant's experiment (docs/design.md, "Schedule"): the
-    post-trained checkpoints' ``n + 1``-point Karras grid (``sigma_grid="cosmos"``), the pre-trained ones' shift-5
-    linear grid (the Wan grid), the transformer given the truncated timestep times 0.001 either way.
+    A diffusers or converted folder: its ``scheduler_config.json`` (diffusers' Karras flow grid; the transformer
+    given each step's sigma, as diffusers' pipeline gives it on any grid, unless the file sets vidax's
+    ``model_timesteps_type``, as a converted release's does: its variant's sampler, below). An original release:
+    its variant's experiment (:meth:`vidax.models.cosmos_predict25.presets.Variant.scheduler_config`;
+    docs/design.md, "Schedule"): the post-trained checkpoints' ``n + 1``-point Karras grid (``sigma_grid="cosmos"``),
+    the pre-trained ones' shift-5 linear grid (the Wan grid), the transformer given the truncated timestep times
+    0.001 either way.
 
     Raises:
       ValueError: a scheduler configuration the sampler does not support.
     """
     from vidax.schedulers import scheduler_from_config
-    from vidax.schedulers.unipc import FlowUniPCMultistepScheduler
 
     if ckpt.layout == ORIGINAL:
-        variant = VARIANTS[ckpt.variant]
-        if variant.karras:
-            return FlowUniPCMultistepScheduler(sigma_grid="cosmos")
-        return FlowUniPCMultistepScheduler(flow_shift=variant.flow_shift, sigma_grid="wan",
-                                           model_timesteps_type="scaled_timesteps")
-    return scheduler_from_config(dict(ckpt.scheduler_config()))
+        return scheduler_from_config(VARIANTS[ckpt.variant].scheduler_config())
+    config = dict(ckpt.scheduler_config())
+    if config.get("_class_name") == "UniPCMultistepScheduler":  # diffusers' pipeline feeds sigma on any grid
+        config.setdefault("model_timesteps_type", "sigmas")
+    return scheduler_from_config(config)
 
 
 def load_components(ckpt: CosmosPredict25Checkpoint, tcfg, vcfg, *, dtype: Any, vae_dtype: Any,

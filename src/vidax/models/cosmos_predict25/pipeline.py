@@ -142,7 +142,8 @@ class CosmosPredict25Pipeline:
         self.vae_params = vae_params
         self.text = text  # vidax.models.cosmos_predict25.loading.TextEncoder
         self.scheduler = scheduler  # FlowUniPCMultistepScheduler: its states' model_timesteps feed the transformer
-        self.variant = VARIANTS.get(ckpt.variant) if ckpt.layout == "original" else None
+        # An original release's variant (also kept by its converted folder): its conditioning frames' timestep.
+        self.variant = VARIANTS[ckpt.variant] if ckpt.variant is not None else None
         self.attention = AttentionImpl(attention)
         self.mesh = mesh
         self.rules = rules

@@ -48,6 +48,20 @@ class Variant:
     flow_shift: float = 5.0
     conditional_frame_timestep: float | None = None
 
+    def scheduler_config(self) -> dict:
+        """The sampler as a ``scheduler_config.json`` (:func:`vidax.schedulers.scheduler_from_config`, with vidax's
+        own keys ``sigma_grid`` and ``model_timesteps_type``): what an original release samples with, and what
+        ``vidax convert`` writes for it. The Karras grid of the repository (``num_steps + 1`` points, sigma 0.01 to
+        200) or the shifted linear grid; the transformer given the truncated timesteps x 0.001 either way."""
+        base = {"_class_name": "UniPCMultistepScheduler", "num_train_timesteps": 1000, "solver_order": 2,
+                "solver_type": "bh2", "lower_order_final": True, "final_sigmas_type": "zero",
+                "prediction_type": "flow_prediction", "use_flow_sigmas": True,
+                "model_timesteps_type": "scaled_timesteps"}
+        if self.karras:
+            return {**base, "use_karras_sigmas": True, "sigma_grid": "cosmos", "sigma_min": 0.01, "sigma_max": 200.0,
+                    "flow_shift": 1.0}
+        return {**base, "use_karras_sigmas": False, "sigma_grid": "wan", "flow_shift": self.flow_shift}
+
 
 #: The release's checkpoints by the uuid in their file name (``base/<variant>/<uuid>_ema_bf16.pt``). The 14B
 #: post-trained one is not in the original repository's checkpoint table (its snapshot of 2025-10-06): it is run as
