@@ -37,7 +37,9 @@ class TextEncoder:
 
     def __init__(self, loader, loaded, *, keep: bool, attention: AttentionImpl | str = AttentionImpl.XLA):
         self.attention = attention
-        self._encoder = OnDemand(loader, loaded, keep=keep)
+        # Held as (weights, encoder): freeing the tree deletes the weights' device buffers (the encoder object is
+        # no pytree, so held alone its weights would only be dropped, not deleted).
+        self._encoder = OnDemand(lambda: _held(loader()), None if loaded is None else _held(loaded), keep=keep)
 
     @property
     def loads(self) -> int:
@@ -46,13 +48,17 @@ class TextEncoder:
 
     def encode(self, prompts: list[str]) -> jax.Array:
         """float32 ``(B, 512, layers x width)``: every layer's normalised hidden state, concatenated."""
-        encoder = self._encoder.get()
+        _, encoder = self._encoder.get()
         try:
             out = ctext.prompt_embeds(encoder, prompts, attention_impl=self.attention)
             jax.block_until_ready(out)
         finally:
             self._encoder.release()
         return out
+
+
+def _held(encoder: ctext.CosmosTextEncoder) -> tuple[dict, ctext.CosmosTextEncoder]:
+    return encoder.params, encoder
 
 
 def vae_config(ckpt: CosmosPredict25Checkpoint) -> wan_vae.WanVAEConfig:

@@ -365,9 +365,9 @@ class CosmosPredict25Pipeline:
 
         t0 = time.perf_counter()
         with progress.stage("text encoder"):
-            embeds = jnp.asarray(self.text.encode(prompts))
-            if guided:  # [negative, prompt] in one batch
-                embeds = jnp.concatenate([jnp.asarray(self.text.encode(negatives)), embeds])
+            # [negative, prompt] in one batch and one encoding: a freed encoder is loaded once per call (each row
+            # is what its prompt gives alone)
+            embeds = jnp.asarray(self.text.encode(negatives + prompts if guided else prompts))
             jax.block_until_ready(embeds)
         metrics["text_encoder_s"] = time.perf_counter() - t0
 
