@@ -147,8 +147,9 @@ def test_missing_checkpoint_part_is_named(ckpt, tmp_path, capsys):
 
 
 def test_runs_without_torch(tmp_path):
-    """The package imports, writes demo checkpoints (Wan, HunyuanVideo I2V, HunyuanVideo-1.5 I2V) and generates in a
-    process where `import torch` fails."""
+    """The package imports, writes demo checkpoints (Wan, HunyuanVideo I2V, HunyuanVideo-1.5 I2V) and generates, and
+    runs the Cosmos-Predict2.5 video-to-world demo (its input clip written and decoded), in a process where
+    `import torch` fails."""
     script = f"""
 import sys
 for name in ("torch", "diffusers", "transformers"):
@@ -180,6 +181,10 @@ write_hunyuanvideo15({str(tmp_path / 'hv15')!r}, task="i2v")
 code = main(["generate", "--checkpoint", {str(tmp_path / 'hv15')!r}, "--prompt", 'a sign that says "OPEN"',
              "--image", {str(tmp_path / 'img.png')!r}, "--num-frames", "5", "--steps", "1", "--dtype", "float32",
              "--no-progress", "--out", {str(tmp_path / 'hv15.mp4')!r}])
+assert code == 0
+# Cosmos-Predict2.5 video-to-world: Qwen2.5-VL and the Wan VAE, the demo clip written and read back with PyAV
+code = main(["demo", "cosmos-predict2.5/v2v", "--checkpoint-dir", {str(tmp_path / 'demos')!r}, "--out-dir",
+             {str(tmp_path / 'out')!r}, "--quiet"])
 assert not any(m == "torch" or m.startswith("torch.") for m, v in sys.modules.items() if v is not None)
 sys.exit(code)
 """
@@ -189,6 +194,7 @@ sys.exit(code)
     frames, _ = read_video(tmp_path / "dog.mp4")
     assert frames.shape == (5, 32, 32, 3)
     assert read_video(tmp_path / "hv.mp4")[0].shape == (5, 32, 32, 3)
+    assert read_video(tmp_path / "out" / "cosmos-predict2.5-v2v.mp4")[0].shape == (9, 64, 64, 3)
 
 
 def test_make_demo_writes_requested_video(tmp_path):

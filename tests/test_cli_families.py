@@ -33,8 +33,11 @@ SAMPLE = {
     "--auto-split": None, "--memory-gb": "4", "--reserve-gb": "1", "--distributed": None,
     "--coordinator-address": "localhost:1234", "--num-processes": "1", "--process-id": "0", "--out": "OUT",
     "--metrics-json": "METRICS", "--mkdir": None, "--no-progress": None, "--quiet": None, "--compile-cache": "CACHE",
-    "--no-compile-cache": None, "--true-cfg-scale": "2", "--variant": "480p_t2v",
+    "--no-compile-cache": None, "--true-cfg-scale": "2", "--variant": "VARIANT", "--video": "VIDEO",
+    "--conditional-frames": "1",
 }
+#: A variant each family's demo folder takes (``--variant``; a family without one refuses the flag by name).
+VARIANT = {"hunyuanvideo-1.5": "480p_t2v", "cosmos-predict2.5": "post-trained"}
 #: Flags every test call passes anyway, or that are arguments rather than options.
 BASE = {"--checkpoint", "--prompt", "-h", "--help"}
 
@@ -60,6 +63,9 @@ def family_folders(tmp_path_factory):
 
     Image.fromarray(np.full((64, 64, 3), 90, np.uint8)).save(root / "img.png")
     out["image"] = root / "img.png"
+    from vidax.video import write_video
+
+    out["video"] = write_video(np.full((9, 64, 64, 3), 90, np.uint8), root / "clip.mp4", fps=8)
     return out
 
 
@@ -80,6 +86,8 @@ def _expectation(fam: registry.Family, flag: str) -> bool:
         return fam.offload
     if flag in ("--auto-split", "--memory-gb", "--reserve-gb"):
         return fam.plan is not None
+    if flag == "--video":
+        return "v2v" in fam.tasks
     return True
 
 
@@ -112,10 +120,13 @@ def test_every_flag_is_taken_or_refused_by_name_for_every_family(family_folders,
                 continue
             value = {"IMG": str(family_folders["image"]), "PRESET": preset, "OUT": str(tmp_path / "o.mp4"),
                      "METRICS": str(tmp_path / "m.json"), "CACHE": str(tmp_path / "cache"),
-                     "SAMPLER": setting.choices[0] if setting else "euler"}.get(value, value)
+                     "SAMPLER": setting.choices[0] if setting else "euler", "VIDEO": str(family_folders["video"]),
+                     "VARIANT": VARIANT.get(fam.name, "480p_t2v")}.get(value, value)
             args = ["generate", "--checkpoint", str(folder), "--prompt", "a"]
-            if task != "t2v" and flag not in ("--image", "--last-image"):
+            if task != "t2v" and flag not in ("--image", "--last-image", "--video"):
                 args += ["--image", str(family_folders["image"])]
+            if flag == "--conditional-frames" and _expectation(fam, "--video"):
+                args += ["--video", str(family_folders["video"])]  # it sets how an input video conditions
             if flag == "--last-image" and task == "t2v" and "flf2v" not in fam.folder_tasks(folder):
                 continue
             if flag == "--last-image":
@@ -135,6 +146,11 @@ def test_every_flag_is_taken_or_refused_by_name_for_every_family(family_folders,
                 with pytest.raises(_Reached):
                     code = main(args)
                     pytest.fail(f"{fam.name} {flag}: exit {code}: {capsys.readouterr().err}")
+            elif flag == "--video":  # a task, not a setting: refused as the task the folder does not run
+                assert main(args) == 2, (fam.name, flag)
+                err = capsys.readouterr().err
+                assert re.search(rf"is {re.escape(registry._an(fam.display))} checkpoint that runs .*, not v2v", err), (
+                    fam.name, flag, err)
             else:
                 assert main(args) == 2, (fam.name, flag)
                 err = capsys.readouterr().err
@@ -147,6 +163,9 @@ def test_every_flag_is_taken_or_refused_by_name_for_every_family(family_folders,
     assert ("ltx-video", "--timesteps") in taken and ("wan", "--timesteps") not in taken
     assert ("cogvideox", "--offload-chunk") in taken and ("cogvideox", "--auto-split") not in taken
     assert ("wan", "--guidance-rescale") not in taken and ("cogvideox", "--max-area") not in taken
+    assert ("cosmos-predict2.5", "--video") in taken and ("cosmos-predict2.5", "--conditional-frames") in taken
+    assert ("wan", "--video") not in taken and ("hunyuanvideo-1.5", "--conditional-frames") not in taken
+    assert ("cosmos-predict2.5", "--variant") in taken and ("wan", "--variant") not in taken
 
 
 def test_a_choice_of_another_family_is_refused_naming_the_family(family_folders, capsys):

@@ -57,17 +57,24 @@ def check_sizes(height: Any, width: Any, num_frames: Any) -> None:
         raise ValueError("; ".join(over))
 
 
-def check_conditioning(task: str, video: Any, num_latent_conditional_frames: Any) -> None:
-    """The conditioning a video-to-world call needs: ``num_latent_conditional_frames`` 1 or 2, and an input video
-    of at least ``4 (n - 1) + 1`` frames.
+def check_conditioning(task: str, video: Any, num_latent_conditional_frames: Any, num_frames: Any = None) -> None:
+    """The conditioning a video-to-world call needs: ``num_latent_conditional_frames`` 1 or 2, an input video of at
+    least ``4 (n - 1) + 1`` frames, and (``num_frames`` given) at least ``n`` latent frames to generate.
 
     Raises:
-      ValueError: another count, a video too short (its length and the need named).
+      ValueError: another count, a video too short (its length and the need named), a video shorter than its
+        conditioning.
     """
     n = num_latent_conditional_frames
     if n is not None and (isinstance(n, bool) or n not in range(1, MAX_CONDITIONAL_FRAMES + 1)):
         raise ValueError(f"num_latent_conditional_frames must be 1 or 2 (latent frames taken from the input video), "
                          f"got {n!r}")
+    from vidax.core.inputs import is_integer
+
+    latent = (int(num_frames) - 1) // TEMPORAL + 1 if is_integer(num_frames) and num_frames >= 1 else None
+    if task == "v2v" and latent is not None and (n or MAX_CONDITIONAL_FRAMES) > latent:
+        raise ValueError(f"{n or MAX_CONDITIONAL_FRAMES} conditional latent frames for a {num_frames}-frame video "
+                         f"({latent} latent frame(s)): generate more frames, or pass --conditional-frames 1")
     if task == "v2v" and video is not None:
         need = conditioning_frames(n or MAX_CONDITIONAL_FRAMES)
         if len(video) < need:
@@ -80,7 +87,11 @@ def _check(folder: Path, task: str, call: dict) -> None:
     from vidax.models.cosmos_predict25.layout import check_tokenizer
 
     check_sizes(call.get("height"), call.get("width"), call["num_frames"])
-    check_conditioning(task, call.get("video"), call.get("num_latent_conditional_frames"))
+    n = call.get("num_latent_conditional_frames")
+    if n is not None and task != "v2v":  # (the pipeline ignores it, as the reference, without a video)
+        raise ValueError("--conditional-frames sets how many latent frames of an input video condition the start: "
+                         "pass --video too, or leave it out")
+    check_conditioning(task, call.get("video"), n, call["num_frames"])
     check_tokenizer(_checkpoint(folder, call))
 
 
