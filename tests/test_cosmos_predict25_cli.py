@@ -136,12 +136,14 @@ def wan_folder(tmp_path_factory):
     (["--video", "sound.wav"], "--video .*sound.wav: no video stream in the file"),
     (["--video", "missing.mp4"], "--video .*missing.mp4: file not found"),
     (["--video", "."], "--video .* is a folder; pass a video file"),
+    (["--video", ""], "--video is empty; pass a file path, or leave the flag out"),
+    (["--image", " "], "--image is empty; pass a file path"),
     (["--variant", "480p_t2v"], "--variant 480p_t2v is not a Cosmos-Predict2.5 variant; choose post-trained or "
                                 "pre-trained"),
 ], ids=["video-too-short", "conditional-frames-3", "fewer-latent-frames-than-conditioning",
         "conditional-frames-without-video", "frames-8", "frames-10-v2v", "frames-over-509", "height-40", "width-72",
         "over-1920", "video-and-image", "unreadable-video", "no-video-stream", "missing-video", "video-folder",
-        "another-family-variant"])
+        "empty-video", "empty-image", "another-family-variant"])
 def test_bad_input_is_one_error_line_before_loading(demo, clips, tmp_path, capsys, no_loading, flags, message):
     folder, _, _ = demo
     flags = [str(clips / f) if f.endswith((".mp4", ".wav", ".png")) or f == "." else f for f in flags]

@@ -294,6 +294,9 @@ def _call_settings(args, fam: registry.Family, preset, folder: Path, task: str) 
 
 
 def _task(args, preset) -> str:
+    for flag, value in (("--image", args.image), ("--last-image", args.last_image), ("--video", args.video)):
+        if value is not None and not value.strip():  # (an empty --image was skipped, yet chose the i2v task)
+            raise ValueError(f"{flag} is empty; pass a file path, or leave the flag out")
     if args.video and (args.image or args.last_image):
         raise ValueError("--video continues a video: pass it without --image / --last-image")
     if args.last_image and not args.image:
