@@ -259,3 +259,21 @@ def test_on_demand_frees_and_reloads():
     assert keep_resident("auto") == (jax.default_backend() == "cpu")
     with pytest.raises(ValueError, match="residency must be one of"):
         keep_resident("sometimes")
+
+
+def test_free_deletes_weights_held_in_dataclass_fields():
+    """An encoder record (a dataclass: not a pytree node for JAX) has its weights deleted too, with the pytree
+    leaves beside it (HunyuanVideo-1.5's MLLMTextEncoder inside its text encoders' tuple)."""
+    import dataclasses
+
+    from vidax.core.residency import free
+
+    @dataclasses.dataclass
+    class Encoder:
+        params: dict
+        name: str
+
+    enc = Encoder({"w": jnp.ones(3), "layers": [jnp.zeros(2)]}, "qwen")
+    other = {"b": jnp.ones(2)}
+    free((enc, other))
+    assert enc.params["w"].is_deleted() and enc.params["layers"][0].is_deleted() and other["b"].is_deleted()

@@ -9,6 +9,7 @@ checkpoint, only when another prompt needs encoding.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -34,10 +35,14 @@ def keep_resident(residency: str) -> bool:
 
 
 def free(tree) -> None:
-    """Delete the device buffers of every ``jax.Array`` leaf of ``tree`` now (not at garbage collection)."""
+    """Delete the device buffers of every ``jax.Array`` leaf of ``tree`` now (not at garbage collection), looking
+    into dataclass instances too (an encoder record such as HunyuanVideo-1.5's ``MLLMTextEncoder`` holds its weights
+    in a field; JAX does not treat it as a pytree node)."""
     for leaf in jax.tree.leaves(tree):
         if isinstance(leaf, jax.Array):
             leaf.delete()
+        elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            free([getattr(leaf, f.name) for f in dataclasses.fields(leaf)])
 
 
 class OnDemand:
