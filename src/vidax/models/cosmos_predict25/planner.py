@@ -54,7 +54,7 @@ from vidax.core.attention import AttentionImpl, resolve_implementation
 from vidax.core.offload import ChunkPlan
 from vidax.core.params import abstract_params
 from vidax.core.planner import (Estimate, PipelinePlan, Split, candidate_splits, chunk_of, compiled_bytes,
-                                compiler_options, default_chunks, format_bytes, layer_bytes, plan_candidates,
+                                default_chunks, format_bytes, layer_bytes, plan_candidates,
                                 planning_devices, recommend, sharded_bytes, step_compiler_options, weight_bytes,
                                 with_shardings)
 from vidax.core.sharding import make_mesh
@@ -521,7 +521,8 @@ def plan_cosmos_predict25(model: CosmosPredict25Model | CosmosTransformerConfig,
     if first_device:
         text_w = text_encoder_bytes(model, text_encoder_dtype)
         vae_w = vae_bytes(model, vae_dtype)
-        options = compiler_options(devs[0].platform)
+        # (the layer loop over bfloat16 weights: XLA:CPU would hoist their float32 copies, step_compiler_options)
+        options = step_compiler_options(devs[0].platform, text_encoder_dtype)
         with jax.default_device(devs[0]):
             text = text_encoder_program_bytes(model, prompts, text_encoder_dtype, options=options)
             decode = vae_decode_bytes(model.vae, shape, vae_dtype)
