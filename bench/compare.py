@@ -314,6 +314,21 @@ CONFIGS: dict[str, BenchConfig] = {
                  "release width (base_dim 96, 2 residual blocks per stage); a Qwen2.5-VL language model 3584 wide (28 "
                  "heads x 128, 4 key/value heads) with 3 thin layers (MLP 2048), every layer's state normalised and "
                  "concatenated",
+            findings="Contention decided the small steps of this run (2026-12-03; other sessions' tests used about "
+                     "half of the 2 cores for most of it): 29 of 92 measurements were quiet, none of the 128- and "
+                     "192-token fp32 rounds (0 of 10 each). There diffusers' step took 2.8-3.1 s and as many CPU "
+                     "seconds, against 0.99 s at 432 tokens when quiet: PyTorch's OpenMP threads spin when the cores "
+                     "are shared, so those rows (0.26x, 0.34x) and the fp32 geometric mean (0.43x) flatter vidax. The "
+                     "quiet rows: fp32 at 432 tokens, vidax 0.90 s against 0.99 s (per-round 0.90x, 5 of 8 rounds "
+                     "quiet; CPU seconds 0.90x); bf16 at 192 tokens, 0.21 s against 0.15 s (1.39x, 5 of 5 quiet): "
+                     "oneDNN multiplies bf16 natively on this CPU (AMX) and XLA:CPU converts to float32. The text "
+                     "encoder (0.81x) runs all 3 Qwen layers in both engines (Cosmos concatenates every layer's "
+                     "state), unlike configs e and f. The warm VAE decode is even (1.01x); its first call compiles "
+                     "the decoder's head and tail programs (6.5 s). Load (8.2x): vidax converts the float32 weights "
+                     "into its own buffers (2.02 GiB resident after loading), diffusers maps the files; no vidax "
+                     "converter exists for this family yet (no converted-layout row). Peak RSS over the generation "
+                     "is about the same (0.96x). The end-to-end rows mix contended and quiet runs (diffusers' two "
+                     "took 5.2 and 18.3 s); from the JAX cache vidax's end to end is 0.87x.",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
