@@ -23,12 +23,12 @@ alternate, so drift in the (shared) machine's load hits both alike. Reported: me
 
 Usage::
 
-    python -m bench.compare [--config a|b|c|d|e|f] [--repeats N] # writes docs/benchmarks/compare-<config>.json,
+    python -m bench.compare [--config a|b|c|d|e|f|g] [--repeats N] # writes docs/benchmarks/compare-<config>.json,
                                                             # docs/benchmarks/step_time[-<config>].png and its section
 
 Configurations: ``a`` Wan2.1 1.3B width, ``b`` Wan2.2 TI2V-5B width (text-to-video), ``c`` CogVideoX-2B
-width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE, ``e`` HunyuanVideo 13B width, ``f`` HunyuanVideo-1.5 8.3B width
-(see :data:`CONFIGS`).
+width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE, ``e`` HunyuanVideo 13B width, ``f`` HunyuanVideo-1.5 8.3B width,
+``g`` Cosmos-Predict2.5 2B width (text-to-world; see :data:`CONFIGS`).
     python -m bench.compare --smoke --out /tmp/x.json     # tiny config, seconds, no docs written
 
 New model families: add a :class:`Family` (checkpoint writer + one contender class per engine) to
@@ -155,6 +155,18 @@ _HV15_VAE = dict(latent_channels=32, block_out_channels=[64, 128, 256, 512, 512]
 _HV15_TEXT = dict(qwen=dict(hidden_size=3584, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=28,
                             num_key_value_heads=4, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
                   t5=dict(d_model=1472, d_kv=64, num_heads=6, d_ff=1024, num_layers=2))
+
+# Cosmos-Predict2.5 2B (diffusers scripts/convert_cosmos_to_diffusers.py TRANSFORMER_CONFIGS
+# "Cosmos-2.5-Predict-Base-2B": 16 heads x 128 = 2048, MLP ratio 4, AdaLN-LoRA 256, cross-attention over the 1024-wide
+# crossattn_proj of the concatenated Qwen states, patch (1, 2, 2), RoPE scale (1, 3, 3), 17 input channels with the
+# padding mask on top), 2 of its 28 blocks; the Wan2.1 VAE at its release width (config a's); a Qwen2.5-VL language
+# model at the real width 3584 (28 heads x 128, 4 key/value heads) with 3 thin layers: every layer's state feeds the
+# transformer, so its crossattn_proj reads 3 x 3584 = 10752 features (the release: 28 x 3584 = 100352).
+_COSMOS2B_WIDTH = dict(num_attention_heads=16, attention_head_dim=128, num_layers=2, mlp_ratio=4.0, text_embed_dim=1024,
+                       adaln_lora_dim=256, encoder_hidden_states_channels=1024, patch_size=[1, 2, 2],
+                       rope_scale=[1.0, 3.0, 3.0], extra_pos_embed_type=None)
+_COSMOS_TEXT = dict(hidden_size=3584, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=28,
+                    num_key_value_heads=4, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
 
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
@@ -287,6 +299,36 @@ CONFIGS: dict[str, BenchConfig] = {
                      "(3.48 GiB resident after loading), diffusers maps the files; peak RSS over the whole generation "
                      "is the same (0.97x). The VAE decode's first call (4.5 s against 2.1 s warm) compiles the "
                      "decoder's program.",
+        ),
+        BenchConfig(
+            "g", "cosmos-predict2.5", _COSMOS2B_WIDTH, _WAN_VAE, _COSMOS_TEXT,
+            base=(5, 128, 128),
+            sweep=((5, 128, 128), (9, 128, 128), (9, 192, 192)),
+            bf16_sweep=((9, 128, 128),),
+            repeats=2,
+            note="Cosmos-Predict2.5 2B width (2048 = 16 heads x 128, MLP 8192, AdaLN-LoRA 256, patch (1, 2, 2), RoPE "
+                 "scale (1, 3, 3), 17 input channels plus the padding mask), 2 of its 28 blocks, text-to-world with "
+                 "classifier-free guidance 7.0 as Cosmos writes it (`cond + 7 (cond - uncond)`, both halves per step, "
+                 "per-frame timesteps); every block cross-attends to 512 Qwen tokens through `crossattn_proj` "
+                 "(10752 -> 1024: the concatenated states of the text encoder's 3 layers); the Wan2.1 VAE at its "
+                 "release width (base_dim 96, 2 residual blocks per stage); a Qwen2.5-VL language model 3584 wide (28 "
+                 "heads x 128, 4 key/value heads) with 3 thin layers (MLP 2048), every layer's state normalised and "
+                 "concatenated",
+            findings="Contention decided the small steps of this run (2026-12-03; other sessions' tests used about "
+                     "half of the 2 cores for most of it): 29 of 92 measurements were quiet, none of the 128- and "
+                     "192-token fp32 rounds (0 of 10 each). There diffusers' step took 2.8-3.1 s and as many CPU "
+                     "seconds, against 0.99 s at 432 tokens when quiet: PyTorch's OpenMP threads spin when the cores "
+                     "are shared, so those rows (0.26x, 0.34x) and the fp32 geometric mean (0.43x) flatter vidax. The "
+                     "quiet rows: fp32 at 432 tokens, vidax 0.90 s against 0.99 s (per-round 0.90x, 5 of 8 rounds "
+                     "quiet; CPU seconds 0.90x); bf16 at 192 tokens, 0.21 s against 0.15 s (1.39x, 5 of 5 quiet): "
+                     "oneDNN multiplies bf16 natively on this CPU (AMX) and XLA:CPU converts to float32. The text "
+                     "encoder (0.81x) runs all 3 Qwen layers in both engines (Cosmos concatenates every layer's "
+                     "state), unlike configs e and f. The warm VAE decode is even (1.01x); its first call compiles "
+                     "the decoder's head and tail programs (6.5 s). Load (8.2x): vidax converts the float32 weights "
+                     "into its own buffers (2.02 GiB resident after loading), diffusers maps the files; no vidax "
+                     "converter exists for this family yet (no converted-layout row). Peak RSS over the generation "
+                     "is about the same (0.96x). The end-to-end rows mix contended and quiet runs (diffusers' two "
+                     "took 5.2 and 18.3 s); from the JAX cache vidax's end to end is 0.87x.",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -1221,6 +1263,187 @@ class Hunyuan15Diffusers(WanDiffusers):
             del scheduler.step
 
 
+# ------------------------------------------------------------------------------------ Cosmos-Predict2.5 family
+
+COSMOS_GUIDANCE = 7.0  # the release's guidance scale (Cosmos' rule: cond + s (cond - uncond))
+COSMOS_FIRST_SIGMA = 200.0 / 201.0  # the first flow sigma of the diffusers folders' Karras grid (sigma_max 200)
+
+
+def _cosmos_latent_shape(frames: int, height: int, width: int) -> tuple[int, ...]:
+    return (1, 16, (frames - 1) // 4 + 1, height // 8, width // 8)  # (B, C, T, H, W): the Wan2.1 VAE's
+
+
+def _cosmos_write(folder: Path, cfg: BenchConfig) -> None:
+    """The demo writer's folder with the configuration's transformer and text encoder (their widths set the
+    transformer's ``crossattn_proj_in_channels``), then its VAE written again at the configuration's width."""
+    import numpy as np
+
+    from vidax.models.cosmos_predict25 import demo
+
+    demo.write_demo_checkpoint(folder, seed=0, transformer_overrides=dict(cfg.transformer),
+                               text_overrides=dict(cfg.text) or None)
+    if cfg.vae:
+        shutil.rmtree(folder / "vae")
+        demo.write_vae(folder, demo.vae_config(**cfg.vae), np.random.default_rng(1))
+
+
+def _tests_module(name: str):
+    """A helper of the test suite (tests/ is not a package): the torchvision restatement and the released Qwen2.5-VL
+    chat template the diffusers side needs (bench code, not the product)."""
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module(name)
+
+
+def _pass_through_checker():
+    """diffusers' own tests' stand-in for the Cosmos guardrail (``cosmos_guardrail`` is not installed): every prompt
+    and frame passes."""
+    import torch
+    from diffusers.configuration_utils import ConfigMixin
+    from diffusers.models.modeling_utils import ModelMixin
+
+    class PassThroughChecker(ModelMixin, ConfigMixin):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("_device_tracker", torch.zeros(1, dtype=torch.float32), persistent=False)
+
+        def check_text_safety(self, prompt):
+            return True
+
+        def check_video_safety(self, frames):
+            return frames
+
+        @property
+        def device(self):
+            return self._device_tracker.device
+
+        @property
+        def dtype(self):
+            return self._device_tracker.dtype
+
+    return PassThroughChecker()
+
+
+class CosmosVidax(WanVidax):
+    """vidax's ``CosmosPredict25Pipeline`` (JAX), measured through its own stages: the step is the pipeline's
+    ``compile_step`` with its hooks (the ``[negative, prompt]`` batch of 2 in one evaluation, per-frame timesteps, the
+    conditioning frames' velocity and Cosmos' guidance; the CPU default block loop), as ``__call__`` compiles it."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        self.cache_events = _jax_setup(jax_cache)
+        from vidax.models.cosmos_predict25 import pipeline  # noqa: F401  (imports are not load time)
+
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+
+        from vidax.models.cosmos_predict25.pipeline import CosmosPredict25Pipeline
+
+        self.pipe = CosmosPredict25Pipeline.from_pretrained(self.folder, dtype=self.dtype, progress=False)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.vae_params))
+
+    def encode(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        pipe = self.pipe  # as __call__: the prompts, then the negative prompts, one encoding each
+        pos, neg = jnp.asarray(pipe.text.encode([PROMPT])), jnp.asarray(pipe.text.encode([NEGATIVE]))
+        self.embeds = jnp.concatenate([neg, pos])
+        jax.block_until_ready(self.embeds)
+
+    def prepare(self, latents) -> float:
+        """Compile the guided step for this latent shape (as ``CosmosPredict25Pipeline.__call__`` does); seconds."""
+        import jax.numpy as jnp
+
+        from vidax.core.placement import mesh_context
+
+        pipe = self.pipe
+        b, _, t = latents.shape[:3]
+        x = jnp.asarray(latents)
+        zeros = jnp.zeros_like(x)  # text-to-world: no conditioning latents, no ground-truth velocity
+        indicator = jnp.zeros((b, 1, t, 1, 1), jnp.float32)
+        self.args = (x, jnp.full((b,), COSMOS_FIRST_SIGMA, jnp.float32), self.embeds, zeros, indicator)
+        finish = (zeros, indicator)
+        t0 = time.perf_counter()
+        with mesh_context(pipe.mesh):
+            step = pipe.compile_step(self.args, finish, COSMOS_GUIDANCE, pipe.conditional_frame_timestep())
+        self.compiled = lambda *args: step(pipe.transformer_params, args, finish)
+        return time.perf_counter() - t0
+
+    def decode(self, latents):
+        return self.pipe.decode_latents(latents)
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        out = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                        guidance_scale=COSMOS_GUIDANCE, latents=latents, output_type="float", progress=False)
+        m = out.metrics
+        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
+        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
+                            "jax_cache_requests": self.cache_events["requests"]}
+
+
+class CosmosDiffusers(WanDiffusers):
+    """diffusers' ``Cosmos2_5_PredictBasePipeline`` (PyTorch, CPU), text-to-world with classifier-free guidance.
+
+    What the reference needs beyond the folder, as the parity tests give it (tests/test_cosmos_predict25_pipeline.py):
+    a pass-through guardrail (``cosmos_guardrail`` is not installed), the released Qwen2.5-VL chat template on the
+    demo tokenizer (which carries none: vidax renders the template itself), and torchvision's two functions restated
+    (``tests/_torchvision_restated.py``: the transformer resizes its padding mask with torchvision, which does not
+    install beside the pinned CPU torch).
+    """
+
+    PIPELINE, TRANSFORMER = "Cosmos2_5_PredictBasePipeline", "CosmosTransformer3DModel"
+
+    def load(self) -> None:
+        import diffusers
+
+        _tests_module("_torchvision_restated").install()
+        torch = self.torch
+        checker = _pass_through_checker()
+        pipeline = getattr(diffusers, self.PIPELINE)
+        if self.tdtype == torch.float32:
+            pipe = pipeline.from_pretrained(self.folder, dtype=torch.float32, safety_checker=checker)
+        else:  # as vidax's dtype: only the transformer in bf16
+            tr = getattr(diffusers, self.TRANSFORMER).from_pretrained(self.folder / "transformer", dtype=self.tdtype)
+            pipe = pipeline.from_pretrained(self.folder, transformer=tr, dtype=torch.float32, safety_checker=checker)
+        pipe.tokenizer.chat_template = _tests_module("_qwen2_5_vl_reference").QWEN2_5_VL_CHAT_TEMPLATE
+        pipe.set_progress_bar_config(disable=True)
+        self.pipe = pipe
+
+    def prepare(self, latents) -> float:
+        torch = self.torch
+        b, _, t, h, w = latents.shape
+        self.x = torch.from_numpy(latents).to(self.tdtype)  # in_latents (no conditioning frames)
+        self.cond_mask = torch.zeros((b, 1, t, h, w), dtype=self.tdtype)
+        self.t = torch.full((b, 1, t, 1, 1), COSMOS_FIRST_SIGMA)  # in_timestep: sigma on every (noisy) frame
+        self.padding_mask = torch.zeros((1, 1, 8 * h, 8 * w), dtype=self.tdtype)
+        return 0.0
+
+    def step(self) -> None:
+        tr = self.pipe.transformer
+        with self.torch.no_grad():  # Cosmos2_5_PredictBasePipeline.__call__, one denoising step (gt_velocity 0)
+            preds = [tr(hidden_states=self.x, condition_mask=self.cond_mask, timestep=self.t,
+                        encoder_hidden_states=e, padding_mask=self.padding_mask, return_dict=False)[0]
+                     * (1 - self.cond_mask) for e in (self.pe, self.ne)]
+            cond, uncond = preds
+            self.noise_pred = cond + COSMOS_GUIDANCE * (cond - uncond)
+
+    def decode(self, latents):
+        torch, pipe = self.torch, self.pipe
+        with torch.no_grad():  # __call__ after the loop (latents_std holds 1 / std); frames (B, F, H, W, 3)
+            z = torch.from_numpy(latents) / pipe.latents_std + pipe.latents_mean
+            video = pipe.vae.decode(z.to(pipe.vae.dtype), return_dict=False)[0]
+            return (video / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1).float().numpy()
+
+    def _call(self, frames: int, height: int, width: int, steps: int, latents, on_step):
+        return self.pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=height, width=width, num_frames=frames,
+                         num_inference_steps=steps, guidance_scale=COSMOS_GUIDANCE,
+                         latents=self.torch.from_numpy(latents), output_type="np",
+                         callback_on_step_end=on_step).frames
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
@@ -1261,6 +1484,11 @@ FAMILIES: dict[str, Family] = {
                                          "feeds 729 zero SigLIP tokens that every block's joint attention then masks: "
                                          "diffusers attends over 729 more context rows per block, part of the ratio.",
                                vae_note="its text-to-video pipeline reads only the VAE's decoder side."),
+    "cosmos-predict2.5": Family(_cosmos_write, _converter("vidax.models.cosmos_predict25.convert"),
+                                _cosmos_latent_shape, _patch_tokens(_cosmos_latent_shape),
+                                {"vidax": CosmosVidax, "diffusers": CosmosDiffusers},
+                                vae_note="its Cosmos-Predict2.5 pipeline reads the whole VAE, the encoder side too "
+                                         "(the same pipeline runs image- and video-to-world)."),
 }
 
 
@@ -1882,7 +2110,8 @@ def _png(cfg: BenchConfig) -> Path:
 
 
 FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX", "ltx": "LTX-Video",
-                 "hunyuanvideo": "HunyuanVideo", "hunyuanvideo-1.5": "HunyuanVideo-1.5"}
+                 "hunyuanvideo": "HunyuanVideo", "hunyuanvideo-1.5": "HunyuanVideo-1.5",
+                 "cosmos-predict2.5": "Cosmos-Predict2.5"}
 
 
 def plot(rec: dict, png: Path) -> Path | None:

@@ -1,5 +1,5 @@
-"""Real-size Wan2.1, HunyuanVideo and HunyuanVideo-1.5 steps on one GPU: vidax (JAX) against diffusers (PyTorch),
-called by ``bench/gpu.sh``.
+"""Real-size Wan2.1, HunyuanVideo, HunyuanVideo-1.5 and Cosmos-Predict2.5 steps on one GPU: vidax (JAX) against
+diffusers (PyTorch), called by ``bench/gpu.sh``.
 
 Parts (each its own process, so device memory and peaks are its own):
 
@@ -27,6 +27,14 @@ Parts (each its own process, so device memory and peaks are its own):
   (:func:`vidax.models.hunyuanvideo15.pipeline.step_hooks` around the transformer, the stack under ``lax.scan``),
   attention ``auto``; diffusers ``HunyuanVideo15Transformer3DModel`` in bf16, two evaluations per step as its pipeline's
   guider runs them, with the text-to-video pipeline's 729 zero image tokens (vidax's step leaves that stream out).
+- ``vidax --model cosmos-720p`` / ``diffusers --model cosmos-720p``: Cosmos-Predict2.5 at the 2B width (16 heads x
+  128, MLP 8192, AdaLN-LoRA 256, the release's 100352 -> 1024 ``crossattn_proj`` over 512 text tokens) with 2 of its
+  28 blocks (``bench.compare`` config g's transformer) at the paper row's size (1280x704, 93 frames: 84480 video
+  tokens), one guided step (guidance 7.0 as Cosmos writes it, a batch of 2, per-frame timesteps): vidax the
+  pipeline's step (:func:`vidax.models.cosmos_predict25.pipeline.step_hooks` around the transformer, the stack under
+  ``lax.scan``), attention ``auto``; diffusers ``CosmosTransformer3DModel`` in bf16, two evaluations per step as
+  ``Cosmos2_5_PredictBasePipeline`` runs them (with its pixel padding mask; torchvision's resize restated from
+  ``tests/_torchvision_restated.py`` where torchvision is absent).
 - ``estimate``: the memory estimate of each model/dtype/attention (no device needed; ``report`` computes it when
   the results have none).
 - ``report RESULTS_DIR``: (here, after the run) writes the "GPU" section of docs/benchmarks.md.
@@ -101,6 +109,86 @@ HV15_BENCH_MODELS = ("hv15-720p",)
 HV15_TEXT_LEN, HV15_GLYPH_LEN, HV15_IMAGE_TOKENS = 1000, 256, 729  # the pipelines' Qwen, byT5 and SigLIP tokens
 HV15_TEXT_VALID = 64  # Qwen tokens valid (the mask's ones); no glyph text (the byT5 mask all zero)
 HV15_GUIDANCE = 6.0
+
+
+# Cosmos-Predict2.5 2B width (diffusers scripts/convert_cosmos_to_diffusers.py TRANSFORMER_CONFIGS
+# "Cosmos-2.5-Predict-Base-2B"), a few blocks: bench.compare config g's transformer with the release's 100352-wide
+# crossattn_proj (28 Qwen layers x 3584).
+COSMOS_COMMON = dict(in_channels=17, out_channels=16, num_attention_heads=16, attention_head_dim=128, mlp_ratio=4.0,
+                     text_embed_dim=1024, adaln_lora_dim=256, max_size=(128, 240, 240), patch_size=(1, 2, 2),
+                     rope_scale=(1.0, 3.0, 3.0), concat_padding_mask=True, extra_pos_embed_type=None,
+                     use_crossattn_projection=True, crossattn_proj_in_channels=100352,
+                     encoder_hidden_states_channels=1024)
+COSMOS_MODELS = {
+    # name: (CosmosTransformerConfig fields over COSMOS_COMMON, (frames, height, width))
+    "cosmos-720p": (dict(num_layers=2), (93, 704, 1280)),  # bench.compare config g's blocks, the paper row's size
+    # the release's full depth: sizes and FLOPs only (estimate, tests), not run
+    "cosmos-2b": (dict(num_layers=28), (93, 704, 1280)),
+    # a CPU-sized check of the script itself (tests), not a benchmark
+    "cosmos-tiny": (dict(num_attention_heads=2, attention_head_dim=16, num_layers=1, text_embed_dim=32,
+                         adaln_lora_dim=8, crossattn_proj_in_channels=96, encoder_hidden_states_channels=32),
+                    (9, 64, 64)),
+}
+COSMOS_BENCH_MODELS = ("cosmos-720p",)
+COSMOS_TEXT_LEN = 512  # the pipeline's prompt length: every cross-attention's keys (no mask)
+COSMOS_GUIDANCE = 7.0
+
+
+def cosmos_config(name: str) -> dict:
+    """The model's ``CosmosTransformer3DModel`` constructor arguments."""
+    fields, _ = COSMOS_MODELS[name]
+    return {**COSMOS_COMMON, **fields}
+
+
+def cosmos_tokens(name: str) -> int:
+    """Video tokens of the model's size (patches of 2x2; the text is cross-attended)."""
+    f, h, w = COSMOS_MODELS[name][1]
+    _, _, t, hh, ww = latent_shape(f, h, w)
+    return t * (hh // 2) * (ww // 2)
+
+
+def cosmos_step_flops(name: str) -> float:
+    """Model FLOPs of one guided step (both CFG halves, each batch 1): matmuls and attention, 2 FLOP per MAC; the
+    per-frame AdaLN-LoRA projections ignored."""
+    c = cosmos_config(name)
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    m, s, L = int(d * c["mlp_ratio"]), cosmos_tokens(name), COSMOS_TEXT_LEN
+    per_block = (2 * s * d * d * 4 + 2 * 2 * s * s * d  # self-attention projections, scores and values
+                 + 2 * s * d * d * 2 + 2 * L * c["text_embed_dim"] * d * 2 + 2 * 2 * s * L * d  # cross-attention
+                 + 2 * s * d * m * 2)  # feed-forward
+    embed = (2 * L * c["crossattn_proj_in_channels"] * c["encoder_hidden_states_channels"]
+             + 2 * s * (c["in_channels"] + 1) * 4 * d + 2 * s * d * 4 * c["out_channels"])
+    return 2.0 * (c["num_layers"] * per_block + embed)
+
+
+def cosmos_param_count(name: str) -> int:
+    """Parameters of the model, counted on vidax's spec tree (one declaration per weight)."""
+    import math
+
+    import jax
+
+    from vidax.core.params import abstract_params
+    from vidax.models.cosmos_predict25.config import CosmosTransformerConfig
+    from vidax.models.cosmos_predict25.transformer import transformer_specs
+
+    tree = abstract_params(transformer_specs(CosmosTransformerConfig(**cosmos_config(name))), "float32")
+    return sum(math.prod(a.shape) for a in jax.tree.leaves(tree))
+
+
+def cosmos_estimate(name: str, dtype_bytes: int = 2) -> dict:
+    """A rough peak-memory estimate of the guided step (batch 2) with a fused (flash-style) attention: weights + live
+    activations."""
+    c = cosmos_config(name)
+    d = c["num_attention_heads"] * c["attention_head_dim"]
+    n = 2 * cosmos_tokens(name)
+    m = int(d * c["mlp_ratio"])
+    weights = cosmos_param_count(name) * dtype_bytes
+    text = 2 * COSMOS_TEXT_LEN * c["crossattn_proj_in_channels"] * 4  # the float32 prompt embeddings
+    residual = n * d * 4 * 3  # fp32 stream, its normed copy, the block output
+    qkv = n * d * dtype_bytes * 4
+    mlp = n * m * (4 + dtype_bytes)
+    peak_act = text + residual + max(qkv, mlp)
+    return {"weights": weights, "activations": peak_act, "scores": 0, "total": weights + peak_act}
 
 
 def hv15_config(name: str) -> dict:
@@ -652,6 +740,125 @@ def part_diffusers_hv15(name: str, steps: int) -> dict:
             "sdpa": "torch.nn.functional.scaled_dot_product_attention with a boolean mask (default backend choice)"}
 
 
+def _cosmos_step_args(cfg, shape):
+    """The pipeline step's arguments (:meth:`vidax.models.cosmos_predict25.pipeline.CosmosPredict25Pipeline.
+    compile_step`) for text-to-world: random latents and float32 prompt embeddings (both halves), no conditioning."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    b, _, t = shape[:3]
+    x = jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    zeros = jnp.zeros(shape, jnp.float32)
+    indicator = jnp.zeros((b, 1, t, 1, 1), jnp.float32)
+    emb = jnp.asarray(rng.standard_normal((2 * b, COSMOS_TEXT_LEN, cfg.context_in_channels), dtype=np.float32))
+    return (x, jnp.full((b,), 200.0 / 201.0, jnp.float32), emb, zeros, indicator), (zeros, indicator)
+
+
+def part_vidax_cosmos(name: str, steps: int, attention: str) -> dict:
+    """vidax's Cosmos-Predict2.5 guided step (the pipeline's: :func:`vidax.models.cosmos_predict25.pipeline.step_hooks`
+    around the transformer, the ``[negative, prompt]`` batch of 2 in one program, per-frame timesteps, the stack under
+    ``lax.scan`` as on an accelerator) on random bf16 parameters made on the device, compiled ahead of time; ``steps``
+    timed calls after one warm-up."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.core.attention import ran_label, recording
+    from vidax.core.params import abstract_params
+    from vidax.models.cosmos_predict25.block_loop import compile_whole
+    from vidax.models.cosmos_predict25.config import CosmosTransformerConfig
+    from vidax.models.cosmos_predict25.pipeline import CONDITIONAL_FRAME_TIMESTEP, step_hooks
+    from vidax.models.cosmos_predict25.transformer import transformer_specs
+
+    requested, attention = attention, _attention_request(attention)
+    cfg = CosmosTransformerConfig(**cosmos_config(name))
+    shape = latent_shape(*COSMOS_MODELS[name][1])
+    dtype = jnp.bfloat16
+    t0 = time.perf_counter()
+    params, weight_bytes = _device_params(abstract_params(transformer_specs(cfg), dtype))
+    init_s = time.perf_counter() - t0
+    args, finish_args = _cosmos_step_args(cfg, shape)
+    prepare, finish = step_hooks(dtype, COSMOS_GUIDANCE, CONDITIONAL_FRAME_TIMESTEP)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught, recording() as ran:  # a kernel falling back, say
+        warnings.simplefilter("always")
+        compiled = compile_whole(params, args, finish_args, cfg=cfg, attention=attention, prepare=prepare,
+                                 finish=finish)
+    compile_s = time.perf_counter() - t0
+    temp, xla_flops = _xla_figures(compiled)
+    first_s, times = _timed_steps(lambda: compiled(params, args, finish_args).block_until_ready(), steps)
+    peak, limit = _dev_peak()
+    return {"part": "vidax", "model": name, "attention": ran_label(ran, attention), "attention_requested": requested,
+            "warnings": sorted({str(m.message)[:200] for m in caught}), "dtype": "bfloat16",
+            "tokens": cosmos_tokens(name), "text_tokens": COSMOS_TEXT_LEN,
+            "init_s": init_s, "compile_s": compile_s, "first_step_s": first_s, "step_s": times,
+            "peak_device_bytes": peak, "device_bytes_limit": limit, "weight_bytes": weight_bytes,
+            "xla_temp_bytes": temp, "xla_flops": xla_flops, "model_flops": cosmos_step_flops(name),
+            "jax": jax.__version__}
+
+
+def part_diffusers_cosmos(name: str, steps: int) -> dict:
+    """diffusers' ``CosmosTransformer3DModel`` built in bf16 on the device (random init), one guided step as
+    ``Cosmos2_5_PredictBasePipeline.__call__`` runs it: the prompt's and the negative prompt's evaluations with the
+    pixel-size padding mask and per-frame timesteps, then ``cond + s (cond - uncond)``, ``torch.no_grad()``."""
+    import torch
+    from diffusers import CosmosTransformer3DModel
+
+    try:  # the transformer resizes its padding mask with torchvision; restated where it is absent
+        import torchvision  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        import _torchvision_restated
+
+        _torchvision_restated.install()
+    cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in cosmos_config(name).items()}
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    torch.set_default_dtype(torch.bfloat16)  # built directly in bf16 on the device (all modules bf16)
+    try:
+        with dev:
+            model = CosmosTransformer3DModel(**cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    sync()
+    init_s = time.perf_counter() - t0
+    gen = torch.Generator(device=dev).manual_seed(0)
+    bf16 = torch.bfloat16
+    f, h, w = COSMOS_MODELS[name][1]
+    shape = latent_shape(f, h, w)
+    b, _, t = shape[:3]
+    x = torch.randn(shape, generator=gen, device=dev).to(bf16)
+    cond_mask = torch.zeros((b, 1, t, *shape[3:]), dtype=bf16, device=dev)
+    timestep = torch.full((b, 1, t, 1, 1), 200.0 / 201.0, device=dev)
+    padding_mask = torch.zeros((1, 1, h, w), dtype=bf16, device=dev)
+    texts = [torch.randn((b, COSMOS_TEXT_LEN, cfg["crossattn_proj_in_channels"]), generator=gen, device=dev).to(bf16)
+             for _ in range(2)]  # prompt, negative (the pipeline passes them in the text encoder's dtype)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        with torch.no_grad():
+            cond, uncond = (model(hidden_states=x, condition_mask=cond_mask, timestep=timestep,
+                                  encoder_hidden_states=e, padding_mask=padding_mask, return_dict=False)[0]
+                            * (1 - cond_mask) for e in texts)
+            out = cond + COSMOS_GUIDANCE * (cond - uncond)
+        sync()
+        return out
+
+    first_s, times = _timed_steps(step, steps)
+    import diffusers
+
+    return {"part": "diffusers", "model": name, "dtype": "bfloat16", "tokens": cosmos_tokens(name),
+            "text_tokens": COSMOS_TEXT_LEN, "init_s": init_s, "first_step_s": first_s, "step_s": times,
+            "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else 0,
+            "device": str(dev), "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "model_flops": cosmos_step_flops(name), "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "sdpa": "torch.nn.functional.scaled_dot_product_attention (default backend choice)"}
+
+
 def part_estimate() -> dict:
     out = {}
     for name in BENCH_MODELS:
@@ -664,14 +871,20 @@ def part_estimate() -> dict:
     for name in HV15_BENCH_MODELS:
         for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
             out[f"{name}/{dt}/fused"] = hv15_estimate(name, nbytes)
+    for name in COSMOS_BENCH_MODELS:
+        for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
+            out[f"{name}/{dt}/fused"] = cosmos_estimate(name, nbytes)
     return {"part": "estimate", "estimates": out,
             "params": {**{n: param_count(n) for n in BENCH_MODELS}, **{n: hv_param_count(n) for n in HV_BENCH_MODELS},
-                       **{n: hv15_param_count(n) for n in HV15_BENCH_MODELS}},
+                       **{n: hv15_param_count(n) for n in HV15_BENCH_MODELS},
+                       **{n: cosmos_param_count(n) for n in COSMOS_BENCH_MODELS}},
             "model_flops": {**{n: step_flops(n) for n in BENCH_MODELS},
                             **{n: hv_step_flops(n) for n in HV_BENCH_MODELS},
-                            **{n: hv15_step_flops(n) for n in HV15_BENCH_MODELS}},
+                            **{n: hv15_step_flops(n) for n in HV15_BENCH_MODELS},
+                            **{n: cosmos_step_flops(n) for n in COSMOS_BENCH_MODELS}},
             "tokens": {**{n: tokens(n) for n in BENCH_MODELS}, **{n: hv_tokens(n) for n in HV_BENCH_MODELS},
-                       **{n: hv15_tokens(n) for n in HV15_BENCH_MODELS}}}
+                       **{n: hv15_tokens(n) for n in HV15_BENCH_MODELS},
+                       **{n: cosmos_tokens(n) for n in COSMOS_BENCH_MODELS}}}
 
 
 def machine_env() -> dict:
@@ -720,7 +933,8 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
             f"HunyuanVideo: one evaluation per step (embedded guidance), {HV_TEXT_LEN} text tokens of which "
             f"{HV_TEXT_VALID} valid; HunyuanVideo-1.5: CFG batch 2, {HV15_TEXT_LEN} Qwen tokens of which "
             f"{HV15_TEXT_VALID} valid and {HV15_GLYPH_LEN} byT5 tokens (diffusers adds {HV15_IMAGE_TOKENS} masked "
-            f"image tokens); measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)."
+            f"image tokens); Cosmos-Predict2.5: CFG batch 2, {COSMOS_TEXT_LEN} text tokens (no mask); "
+            f"measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)."
             if rate else "No matmul rate measured.",
         ]
     else:
@@ -729,7 +943,7 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
                   "Until then: the memory estimate of `python bench/gpu_step.py estimate`."]
     lines += ["", "| model | engine | attention | compile s | step s (median) | MFU vs measured matmul | peak device GiB |",
               "|---|---|---|---|---|---|---|"]
-    for name in BENCH_MODELS + HV_BENCH_MODELS + HV15_BENCH_MODELS if ran else ():
+    for name in BENCH_MODELS + HV_BENCH_MODELS + HV15_BENCH_MODELS + COSMOS_BENCH_MODELS if ran else ():
         keys = sorted(k for k in res if k.startswith(f"vidax-{name}")) or [f"vidax-{name}"]
         for key in keys + [f"diffusers-{name}"]:
             eng = key.split("-")[0]
@@ -767,7 +981,7 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
         p = res["estimate"]
         lines += ["", "Sizes: " + "; ".join(
             f"{n}: {p['params'][n] / 1e9:.2f} B parameters, "
-            f"{p['tokens'][n]} {'video ' if n in HV_MODELS or n in HV15_MODELS else ''}"
+            f"{p['tokens'][n]} {'video ' if n in HV_MODELS or n in HV15_MODELS or n in COSMOS_MODELS else ''}"
             f"tokens, {p['model_flops'][n] / 1e15:.2f} PFLOP per {'step' if n in HV_MODELS else 'guided step'}"
             for n in p["params"]) + "."]
         lines += ["", "Memory estimate before the run (weights + largest live activations, GiB; H200 has ~139):", "",
@@ -792,7 +1006,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("part", choices=["matmul", "vidax", "diffusers", "estimate", "report"])
     p.add_argument("results", nargs="?", help="report: the folder of JSON files")
-    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS) + sorted(HV15_MODELS), default="1.3b-480p")
+    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS) + sorted(HV15_MODELS) + sorted(COSMOS_MODELS),
+                   default="1.3b-480p")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--attention", default="chunked",
                    help="vidax attention_impl: xla, chunked, or a kernel the engine has (e.g. cudnn)")
@@ -808,17 +1023,19 @@ def main(argv=None) -> int:
     name = {"matmul": "matmul", "estimate": "estimate"}.get(args.part, f"{args.part}-{args.model}")
     if args.part == "vidax":
         name += f"-{args.attention}"
-    hv, hv15 = args.model in HV_MODELS, args.model in HV15_MODELS
+    hv, hv15, cosmos = args.model in HV_MODELS, args.model in HV15_MODELS, args.model in COSMOS_MODELS
     try:
         if args.part == "matmul":
             r = part_matmul()
         elif args.part == "estimate":
             r = part_estimate()
         elif args.part == "vidax":
-            run = part_vidax_hv15 if hv15 else part_vidax_hv if hv else part_vidax
+            run = (part_vidax_cosmos if cosmos else part_vidax_hv15 if hv15 else part_vidax_hv if hv
+                   else part_vidax)
             r = run(args.model, args.steps, args.attention)
         else:
-            run = part_diffusers_hv15 if hv15 else part_diffusers_hv if hv else part_diffusers
+            run = (part_diffusers_cosmos if cosmos else part_diffusers_hv15 if hv15 else part_diffusers_hv if hv
+                   else part_diffusers)
             r = run(args.model, args.steps)
     except Exception as e:  # keep the other parts' results: record the failure
         import traceback

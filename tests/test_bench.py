@@ -81,6 +81,23 @@ def test_compare_configs_are_consistent():
     assert FAMILIES["hunyuanvideo-1.5"].tokens(f, *f.base) == 128
     gpu = gpu_step.hv15_config("hv15-720p")
     assert all(gpu[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items())
+    # config g: Cosmos-Predict2.5 2B width (2048 = 16 x 128) as the release's config, a real-width Qwen whose layers'
+    # concatenated states the transformer's crossattn_proj reads, the Wan2.1 VAE at its release width (config a's)
+    from vidax.models.cosmos_predict25.config import ORIGINAL_CONFIGS
+
+    g = CONFIGS["g"]
+    t, q = g.transformer, g.text
+    release = ORIGINAL_CONFIGS["Cosmos-2.5-Predict-Base-2B"]
+    assert g.family == "cosmos-predict2.5" and FAMILIES["cosmos-predict2.5"].cfg_halves == 2
+    assert all(release[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items() if k != "num_layers")
+    assert 2 <= t["num_layers"] < release["num_layers"] and g.vae == a.vae
+    assert q["hidden_size"] == 3584 and q["hidden_size"] // q["num_attention_heads"] == 128
+    assert sum(q["rope_scaling"]["mrope_section"]) == 64 and 2 <= q["num_hidden_layers"] < 28
+    # 5x128x128 -> latents (1, 16, 2, 16, 16) -> 2 x 8 x 8 patches of 2x2
+    assert FAMILIES["cosmos-predict2.5"].tokens(g, *g.base) == 128
+    gpu = gpu_step.cosmos_config("cosmos-720p")
+    assert all(gpu[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items())
+    assert gpu["crossattn_proj_in_channels"] == release["crossattn_proj_in_channels"] == 100352
 
 
 def test_gpu_step_flops_and_estimates():
@@ -98,6 +115,9 @@ def test_gpu_step_flops_and_estimates():
     # HunyuanVideo-1.5 at 1280x720, 121 frames: latents (31, 45, 80), patch 1
     assert gpu_step.hv15_tokens("hv15-720p") == 31 * 45 * 80
     assert gpu_step.hv15_estimate("hv15-720p")["total"] < 139 * 2**30
+    # Cosmos-Predict2.5 at 1280x704, 93 frames: latents (24, 88, 160), patches of 2x2
+    assert gpu_step.cosmos_tokens("cosmos-720p") == 24 * 44 * 80
+    assert gpu_step.cosmos_estimate("cosmos-720p")["total"] < 139 * 2**30
 
 
 def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
@@ -124,6 +144,14 @@ def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
     with torch.device("meta"):  # the full depth is the release: diffusers' defaults
         assert gpu_step.hv15_param_count("hv15-8.3b") == sum(
             p.numel() for p in HunyuanVideo15Transformer3DModel().parameters())
+    from diffusers import CosmosTransformer3DModel
+
+    for name in ("cosmos-720p", "cosmos-2b"):  # the full depth is the 2B release (2.06 B parameters)
+        cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in gpu_step.cosmos_config(name).items()}
+        with torch.device("meta"):
+            ref = sum(p.numel() for p in CosmosTransformer3DModel(**cfg).parameters())
+        assert gpu_step.cosmos_param_count(name) == ref, name
+    assert abs(gpu_step.cosmos_param_count("cosmos-2b") / 2.06e9 - 1) < 0.01
 
 
 def test_compile_study_unrolled_matches_scan():
@@ -245,6 +273,33 @@ def test_gpu_step_hunyuanvideo15_parts_run_on_a_tiny_model(tmp_path):
     assert "hv15-720p: 0.47 B parameters, 111600 video tokens" in text
 
 
+def test_gpu_step_cosmos_parts_run_on_a_tiny_model(tmp_path):
+    """The GPU script's Cosmos-Predict2.5 parts (vidax and diffusers) against the engines' current APIs, on a tiny
+    model on the CPU; the report renders their rows."""
+    pytest.importorskip("diffusers")
+    from bench import gpu_step
+
+    res = tmp_path / "res"
+    res.mkdir()
+    for part in ("vidax", "diffusers"):
+        args = [part, "--model", "cosmos-tiny", "--steps", "1", "--out-dir", str(res)]
+        assert gpu_step.main(args + (["--attention", "auto"] if part == "vidax" else [])) == 0
+    v = json.loads((res / "vidax-cosmos-tiny-auto.json").read_text())
+    d = json.loads((res / "diffusers-cosmos-tiny.json").read_text())
+    for r in (v, d):  # 9x64x64 -> latents (3, 8, 8) -> 3 x 4 x 4 patches of 2x2
+        assert len(r["step_s"]) == 1 and r["tokens"] == 3 * 4 * 4 and r["model_flops"] > 0 and r["weight_bytes"] > 0
+        assert r["text_tokens"] == 512
+    assert v["weight_bytes"] > d["weight_bytes"]  # vidax keeps the AdaLN-LoRA, embedders and norms in float32
+    for r, name in ((v, "vidax-cosmos-720p-auto.json"), (d, "diffusers-cosmos-720p.json")):
+        (res / name).write_text(json.dumps({**r, "model": "cosmos-720p"}))
+    (res / "matmul.json").write_text(json.dumps({"tflops": 700.0, "device": "cuda:0"}))
+    docs = tmp_path / "benchmarks.md"
+    gpu_step.report(res, docs)
+    text = docs.read_text()
+    assert f"| cosmos-720p | vidax | {v['attention']} (auto) |" in text and "| cosmos-720p | diffusers | sdpa |" in text
+    assert "cosmos-720p: 0.26 B parameters, 84480 video tokens" in text
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
     """``GPU_BENCH_DRY_RUN=1 bash bench/gpu.sh`` runs nothing and prints each part's command: all of them parse with
@@ -274,9 +329,16 @@ def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
     assert [(a.part, a.model) for a in hv15] == [("matmul", "1.3b-480p"), ("diffusers", "hv15-720p"),
                                                  ("vidax", "hv15-720p")] and hv15[2].attention == "auto"
     assert not any(a.model.startswith("hv15") for a in every)
+    cosmos = parts("cosmos")  # likewise asked for by name
+    assert [(a.part, a.model) for a in cosmos] == [("matmul", "1.3b-480p"), ("diffusers", "cosmos-720p"),
+                                                   ("vidax", "cosmos-720p")] and cosmos[2].attention == "auto"
+    assert not any(a.model.startswith("cosmos") for a in every)
+    assert [a.model for a in parts("hv15 cosmos wan14") if a.part == "vidax"] == ["hv15-720p", "cosmos-720p",
+                                                                                 "14b-720p"]
 
 
-@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo", "hunyuanvideo-1.5"])
+@pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo", "hunyuanvideo-1.5",
+                                    "cosmos-predict2.5"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
     gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
@@ -315,7 +377,7 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
         raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
         assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
-    if family in ("hunyuanvideo", "hunyuanvideo-1.5"):  # both decode to [0, 1] frames (B, F, H, W, 3)
+    if family in ("hunyuanvideo", "hunyuanvideo-1.5", "cosmos-predict2.5"):  # both: [0, 1] frames (B, F, H, W, 3)
         assert videos["vidax"].shape == videos["diffusers"].shape == (1, 9, 64, 64, 3)
         assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
 

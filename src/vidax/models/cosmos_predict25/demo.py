@@ -111,7 +111,7 @@ def write_text_encoder(folder: Path, rng: np.random.Generator, overrides: dict |
     cfg = config_from_dict(config)
     weights = random_state_dict(llama.llama_keymap(cfg), llama.llama_specs(cfg), rng)
     weights = {f"model.language_model.{k}": v for k, v in weights.items()}
-    weights["lm_head.weight"] = (0.02 * rng.standard_normal((tok.vocab_size, TEXT_WIDTH))).astype(np.float32)
+    weights["lm_head.weight"] = (0.02 * rng.standard_normal((tok.vocab_size, text["hidden_size"]))).astype(np.float32)
     save_component(folder / "text_encoder", "model.safetensors", weights, config)
 
 
