@@ -175,7 +175,13 @@ def test_registry_hook_plans_guidance_as_the_cfg_batch(monkeypatch):
     arch = cp.ARCHITECTURES["14B"]
     assert FAMILY.plan.plan(arch, height=704, width=1280, num_frames=93, guided=True, model="m",
                             call={"guidance_scale": 7.0}) == "plan"
-    assert seen == dict(model=arch, height=704, width=1280, num_frames=93, guided=True, model_name="m")
+    assert seen == dict(model=arch, height=704, width=1280, num_frames=93, guided=True, model_name="m",
+                        conditioning_frames=0)
+    FAMILY.plan.plan(arch, height=704, width=1280, num_frames=93, guided=True, model="m",
+                     call={"video": ["frames"], "num_latent_conditional_frames": 1})
+    assert seen["conditioning_frames"] == 1  # video-to-world: the VAE encodes its conditioning frames
+    FAMILY.plan.plan(arch, height=704, width=1280, num_frames=93, guided=True, model="m", call={"video": ["f"]})
+    assert seen["conditioning_frames"] == 5
     assert FAMILY.plan.architecture(PRESETS["cosmos-predict2.5-2b-t2v"], None) is cp.ARCHITECTURES["2B"]
 
 

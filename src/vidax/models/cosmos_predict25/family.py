@@ -132,10 +132,14 @@ def _architecture(preset: Any, folder: Path | None):
 
 def _plan(architecture, *, guided: bool = True, model: str | None = None, call: dict | None = None, **kw):
     """The registry's planner call (:func:`vidax.models.cosmos_predict25.planner.plan_cosmos_predict25`); ``guided``
-    is ``guidance_scale > 1`` (a batch of two per step)."""
+    is ``guidance_scale > 1`` (a batch of two per step); a video-to-world run's settings (``call``) add the VAE
+    encode of its conditioning frames."""
     from vidax.models.cosmos_predict25.planner import plan_cosmos_predict25
 
-    return plan_cosmos_predict25(architecture, guided=guided, model_name=model, **kw)
+    call = call or {}
+    frames = (conditioning_frames(call.get("num_latent_conditional_frames") or MAX_CONDITIONAL_FRAMES)
+              if call.get("video") is not None else 0)
+    return plan_cosmos_predict25(architecture, guided=guided, model_name=model, conditioning_frames=frames, **kw)
 
 
 def _write_demo(folder: Path, task: str) -> Path:
