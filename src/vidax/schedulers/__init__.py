@@ -8,7 +8,8 @@
   with ``prediction_type="flow_prediction"``, ``use_flow_sigmas=True`` (Wan),
   also with ``use_karras_sigmas=True`` (Cosmos-Predict2.5);
   ``sigma_grid="wan"`` gives the Wan repository's sigma grid instead,
-  ``sigma_grid="cosmos"`` the Cosmos-Predict2.5 repository's Karras grid;
+  ``sigma_grid="cosmos"`` the Cosmos-Predict2.5 repository's Karras grid,
+  ``sigma_grid="native"`` the grid of diffusers' Cosmos3 ``use_native_flow_schedule``;
   :func:`scale_timesteps` is that repository's network-side timestep scale.
 * :class:`CogVideoXDDIMScheduler` and :class:`CogVideoXDPMScheduler` follow
   diffusers' classes of the same names (CogVideoX: v-prediction on a

@@ -33,6 +33,14 @@ pipeline passes ``sigmas[i]``; the repository passes the truncated int64
 timestep, which its network multiplies by ``timestep_scale=0.001`` in float32
 (:func:`scale_timesteps`). :attr:`SchedulerState.model_timesteps` holds it.
 
+``sigma_grid="native"`` is the grid diffusers' Cosmos3 pipeline passes to
+``set_timesteps(sigmas=...)`` when its config sets ``use_native_flow_schedule``
+(``pipeline_cosmos3_omni.py``): ``linspace(1 - 1/num_train_timesteps, 0, n + 1)[:-1]``
+in float64, then diffusers' flow branch as for its own grid (the ``flow_shift``
+shift, the 1e-6 lowering of a first sigma within 1e-6 of 1, truncated int64
+timesteps, a final 0). It differs from ``"wan"`` only in its top, the float64
+``1 - 1/N`` instead of that value rounded to float32.
+
 Numerics follow diffusers exactly: the schedule is built in float64 and stored
 as float32; every scalar coefficient is rounded to float32 after each
 operation as diffusers' 0-dim float32 torch tensors are (log and expm1 are
@@ -56,7 +64,7 @@ from .base import Scheduler, SchedulerState, divide, rounded
 _f32 = np.float32
 SOLVER_TYPES = ("bh1", "bh2")
 FINAL_SIGMAS_TYPES = ("zero", "sigma_min")
-SIGMA_GRIDS = ("diffusers", "wan", "karras", "cosmos")
+SIGMA_GRIDS = ("diffusers", "wan", "karras", "cosmos", "native")
 KARRAS_GRIDS = ("karras", "cosmos")
 MODEL_TIMESTEPS_TYPES = ("timesteps", "sigmas", "scaled_timesteps")
 # fm_solvers_unipc.py hard-codes these for use_kerras_sigma=True ("the exact sigma used in edm sampler").
@@ -235,6 +243,10 @@ class FlowUniPCMultistepScheduler(Scheduler):
       sigma_max**(1/rho)))**rho`` in float64, mapped by ``k / (k + 1)``; no
       shift, no 1e-6 adjustment; cast to float32; a final 0 (or the last
       sigma, ``final_sigmas_type="sigma_min"``) appended.
+    * sigmas (``sigma_grid="native"``, diffusers' Cosmos3 pipeline with
+      ``use_native_flow_schedule``): ``linspace(1 - 1/num_train_timesteps, 0,
+      n+1)[:-1]`` in float64, then as the diffusers grid (shift, 1e-6
+      adjustment, float32, a final 0 or the last sigma).
     * sigmas (``sigma_grid="cosmos"``, the Cosmos-Predict2.5 repository with
       ``use_kerras_sigma=True``): the same with the ramp ``arange(n + 1) / n``,
       i.e. ``n + 1`` sigmas and steps; a final 0 appended.
@@ -419,6 +431,9 @@ class FlowUniPCMultistepScheduler(Scheduler):
             max_inv_rho = self.sigma_max ** (1 / self.rho)
             s = (max_inv_rho + ramp * (min_inv_rho - max_inv_rho)) ** self.rho
             s = s / (1 + s)
+        elif self.sigma_grid == "native":
+            # diffusers' Cosmos3 pipeline (use_native_flow_schedule): the grid it passes as `sigmas`
+            s = np.linspace(1.0 - 1.0 / n_train, 0.0, n + 1)[:-1]
         elif self.sigma_grid == "wan":
             # Wan starts from the top of its float32 training sigmas (1 - 1/N), not from 1, and ends at 0.
             top = float(np.float32(1.0 - 1.0 / n_train))
@@ -427,7 +442,7 @@ class FlowUniPCMultistepScheduler(Scheduler):
             s = np.linspace(1.0, 1.0 / n_train, n + 1)[:-1]
         if self.sigma_grid not in KARRAS_GRIDS:
             s = self.flow_shift * s / (1.0 + (self.flow_shift - 1.0) * s)
-        if self.sigma_grid == "diffusers" and abs(s[0] - 1.0) < 1e-6:
+        if self.sigma_grid in ("diffusers", "native") and abs(s[0] - 1.0) < 1e-6:
             s[0] -= 1e-6
         timesteps = (s * n_train).astype(np.int64)  # truncation, as torch .to(int64)
         last = 0.0 if self.final_sigmas_type == "zero" else s[-1]
