@@ -44,6 +44,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "vidax.models.hunyuanvideo.family",
     "vidax.models.hunyuanvideo15.family",
     "vidax.models.cosmos_predict25.family",
+    "vidax.models.cosmos3.family",
 )
 
 #: The generation settings every family's pipeline call takes (``pipe(prompt, negative_prompt, **these)``).
