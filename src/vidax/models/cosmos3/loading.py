@@ -103,12 +103,30 @@ def check_components(ckpt: Cosmos3Checkpoint, tcfg, vcfg, tokenizer=None) -> Non
 
 
 def load_transformer(ckpt: Cosmos3Checkpoint, cfg, dtype: Any, mesh=None) -> dict:
-    """The transformer's parameters (:func:`vidax.models.cosmos3.keymap.load_transformer`; a converted folder's
-    identity names).
+    """The transformer's parameters, resident and stacked for ``lax.scan`` (:func:`vidax.models.cosmos3.keymap.
+    load_transformer`: the diffusers or the release's names, detected from the keys; a converted folder's are the
+    diffusers names), sharded on ``mesh`` by :data:`vidax.models.cosmos3.sharding.COSMOS3_RULES`.
 
     Raises:
       CheckpointError: weights that do not match ``cfg`` (every mismatch listed).
+      ValueError: a mesh the model cannot use.
     """
     from vidax.models.cosmos3.keymap import load_transformer as load
 
-    return load(ckpt.transformer, cfg, dtype, mesh=mesh)
+    if ckpt.layout != VIDAX:
+        return load(ckpt.transformer, cfg, dtype, mesh=mesh, block_loop="scan").params
+    from vidax.checkpoint.keymap import identity_keymap
+    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.reader import CheckpointReader
+    from vidax.checkpoint.writer import VIDAX_WEIGHTS
+    from vidax.core.offload import block_placement, block_plans, split_stacks
+    from vidax.models.cosmos3.sharding import COSMOS3_RULES, check_parallel
+    from vidax.models.cosmos3.transformer import STACK, transformer_specs
+
+    check_parallel(cfg, mesh, COSMOS3_RULES)
+    plans = block_plans({STACK: cfg.num_hidden_layers}, None, "scan")
+    specs = transformer_specs(cfg)
+    params = load_params(CheckpointReader(ckpt.transformer / VIDAX_WEIGHTS), identity_keymap(specs), specs,
+                         np.dtype(dtype), source=str(ckpt.transformer),
+                         shardings=block_placement(plans, mesh, COSMOS3_RULES))
+    return split_stacks(params, specs, plans, mesh, COSMOS3_RULES)[0]
