@@ -1,1 +1,1 @@
-"""Cosmos3 (Nano, Edge): the omnimodal Mixture-of-Transformers, text- and image-to-video."""
+"""Cosmos3 (Nano and Edge): the omnimodal Mixture-of-Transformers video generator (diffusers ``Cosmos3OmniPipeline``)."""
