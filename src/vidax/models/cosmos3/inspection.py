@@ -82,9 +82,12 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
         from vidax.models.cosmos3.loading import make_scheduler
 
         s = make_scheduler(ckpt)
-        grid = {"karras": f"the Karras flow grid (sigma {s.sigma_max:g} to {s.sigma_min:g})",
-                "native": f"the native flow grid (shift {s.flow_shift:g})"}.get(
-                    s.sigma_grid, f"diffusers' flow grid (shift {s.flow_shift:g})")
+        if s.sigma_grid == "karras":
+            grid = f"the Karras flow grid (sigma {s.sigma_max:g} to {s.sigma_min:g})"
+        elif s.sigma_grid == "native":
+            grid = f"the native flow grid (shift {s.flow_shift:g})"
+        else:
+            grid = f"diffusers' flow grid (shift {s.flow_shift:g})"
         return [f"scheduler: {ckpt.scheduler} (UniPC on {grid}; the transformer given the timestep)"]
 
     lines += checked("transformer", transformer_lines)
