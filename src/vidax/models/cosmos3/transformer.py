@@ -354,22 +354,53 @@ def gen_layer(p: dict, x: jax.Array, k_und: jax.Array, v_und: jax.Array, cos: ja
     v = _heads(a["add_v_proj"], h, hd).astype(dtype)
     q, k = apply_rope(q, cos, sin).astype(dtype), apply_rope(k, cos, sin).astype(dtype)
     groups = cfg.num_key_value_groups
-    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
-    k_und, v_und = _repeat_kv(k_und.astype(dtype), groups), _repeat_kv(v_und.astype(dtype), groups)
+    fold = groups > 1 and _can_fold(k.shape[2], par)
+    if not fold:
+        k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+        k_und, v_und = _repeat_kv(k_und, groups), _repeat_kv(v_und, groups)
     q, k, v = par.to_attention(q, k, v)
-    k_und, v_und = _local_heads(k_und, par), _local_heads(v_und, par)
+    k_und, v_und = _local_heads(k_und.astype(dtype), par), _local_heads(v_und.astype(dtype), par)
     n = k.shape[1] if num_valid is None else num_valid
     keys = jnp.concatenate([k[:, :n], k_und, k[:, n:]], axis=1)
     values = jnp.concatenate([v[:, :n], v_und, v[:, n:]], axis=1)
-    o = par.from_attention(attention(q, keys, values, implementation=impl, kv_lengths=kv_lengths))
+    if fold:
+        o = unfold_groups(attention(fold_groups(q, groups), keys, values, implementation=impl,
+                                    kv_lengths=kv_lengths), groups)
+    else:
+        o = attention(q, keys, values, implementation=impl, kv_lengths=kv_lengths)
+    o = par.from_attention(o)
     b, s = x.shape[:2]
     x = x + par.row_linear(a["to_add_out"], o.reshape(b, s, -1), jnp.float32)
     return x + mlp(p["mlp_moe_gen"], rms_norm(p["post_attention_layernorm_moe_gen"], x, cfg), cfg, par)
 
 
+def fold_groups(q: jax.Array, groups: int) -> jax.Array:
+    """Grouped-query attention without repeating keys and values: the ``groups`` query heads that read one key/value
+    head become ``groups`` times as many queries of that head, ``(B, S, KV groups, D) -> (B, S groups, KV, D)``
+    (query head ``j groups + g`` at position ``s`` is query ``s groups + g`` of head ``j``). Attention rows are
+    independent, so this is exact; :func:`unfold_groups` is its inverse on the output."""
+    b, s, h, d = q.shape
+    return q.reshape(b, s, h // groups, groups, d).swapaxes(2, 3).reshape(b, s * groups, h // groups, d)
+
+
+def unfold_groups(o: jax.Array, groups: int) -> jax.Array:
+    """Inverse of :func:`fold_groups`: ``(B, S groups, KV, D) -> (B, S, KV groups, D)``."""
+    b, sg, kv, d = o.shape
+    return o.reshape(b, sg // groups, groups, kv, d).swapaxes(2, 3).reshape(b, sg // groups, kv * groups, d)
+
+
+def _can_fold(kv_heads: int, par: ShardContext) -> bool:
+    """Whether the gen attention can keep its key/value heads unrepeated (:func:`fold_groups`): on one sequence
+    shard, with keys and values all-gathered, or where Ulysses can split the key/value heads over sp too (a
+    sequence shard then holds whole groups: its query heads are exactly those of its key/value heads)."""
+    if par.sequence is None or not par.ulysses:
+        return True
+    return kv_heads % jax.lax.axis_size(par.sequence) == 0
+
+
 def _local_heads(x: jax.Array, par: ShardContext) -> jax.Array:
     """The und cache's heads this shard attends with: all of its tensor shard's heads, or (Ulysses) this sequence
-    shard's slice of them (the gen queries' heads after ``seq_to_heads``)."""
+    shard's slice of them (the heads ``seq_to_heads`` gave it: query heads, or key/value heads when folded)."""
     if par.sequence is None or not par.ulysses:
         return x
     sp = jax.lax.axis_size(par.sequence)
@@ -480,7 +511,8 @@ def und_prefill(params: dict, cfg: Cosmos3TransformerConfig, input_ids: jax.Arra
     Args:
       params: parameters of :func:`transformer_specs` (only ``embed_tokens`` and the und weights are read).
       cfg: static configuration.
-      input_ids: int32 ``(B, L)`` token ids, right-padded.
+      input_ids: int32 ``(B, L)`` token ids, right-padded (ids outside ``[0, vocab_size)`` are clipped inside the
+        program, where they cannot raise; the tokenizer gives none, and the pipeline checks them).
       position_ids: float32 ``(B, 3, L)`` mRoPE positions (the pipeline's ``get_3d_mrope_ids_text_tokens``:
         ``arange(L)`` on all three rows).
       lengths: int32 ``(B,)`` valid tokens per prompt (1..L).
@@ -700,8 +732,8 @@ def forward(params: dict, cfg: Cosmos3TransformerConfig, input_ids: jax.Array, t
 
 
 __all__ = ["GEN_ATTN_KEYS", "GEN_LAYER_KEYS", "GenInputs", "STACK", "TIME_PROJ_DIM", "UND_ATTN_KEYS", "UND_LAYER_KEYS",
-           "UndCache", "apply_rope", "causal_bias", "check_gen_inputs", "forward", "gen_epilogue", "gen_forward",
-           "gen_layer", "gen_prologue", "gen_prologue_sharded", "mlp", "num_tokens", "patchify", "rms_norm",
-           "rope_axes", "rope_inv_freq", "rope_tables", "run_gen_layers", "run_und_layers", "stream_layers",
+           "UndCache", "apply_rope", "causal_bias", "check_gen_inputs", "fold_groups", "forward", "gen_epilogue",
+           "gen_forward", "gen_layer", "gen_prologue", "gen_prologue_sharded", "mlp", "num_tokens", "patchify",
+           "rms_norm", "rope_axes", "rope_inv_freq", "rope_tables", "run_gen_layers", "run_und_layers", "stream_layers",
            "time_embedding", "token_grid", "transformer_specs", "und_embed", "und_layer", "und_prefill", "und_specs",
-           "unpatchify"]
+           "unfold_groups", "unpatchify"]
