@@ -84,27 +84,30 @@ def reference(folder):
     return np.asarray(out), np.asarray(cache.k), np.asarray(cache.v)
 
 
-# name -> (dp, tp, sp) or None, offload_chunk, block_loop
+# name -> (dp, tp, sp) or None, offload_chunk, block_loop, overlap
 CASES = {
-    "tp2": ((1, 2, 1), None, "scan"),
-    "sp2": ((1, 1, 2), None, "scan"),
-    "dp2-tp2-sp2": ((2, 2, 2), None, "scan"),
-    "tp2-sp4-gather": ((1, 2, 4), None, "scan"),
-    "offload-chunk1": (None, 1, "auto"),
-    "host-loop": (None, None, "host"),
-    "dp2-tp2-sp2-offload-chunk2": ((2, 2, 2), 2, "auto"),
+    "tp2": ((1, 2, 1), None, "scan", True),
+    "sp2": ((1, 1, 2), None, "scan", True),
+    "dp2-tp2-sp2": ((2, 2, 2), None, "scan", True),
+    "tp2-sp4-gather": ((1, 2, 4), None, "scan", True),
+    "offload-chunk1": (None, 1, "auto", True),
+    "offload-chunk2-serial": (None, 2, "auto", False),
+    "host-loop": (None, None, "host", True),
+    "dp2-tp2-sp2-offload-chunk2": ((2, 2, 2), 2, "auto", True),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_mesh_and_block_loops_equal_one_device(name, folder, reference):
-    sizes, chunk, loop = CASES[name]
+    sizes, chunk, loop, overlap = CASES[name]
     mesh = None if sizes is None else _mesh(*sizes)
     loaded = load_transformer(folder, mesh=mesh, offload_chunk=chunk, block_loop=loop)
     expected_loop = {"scan": "scan", "host": "host"}.get(loop, "offload") if chunk or loop == "host" else "scan"
     assert block_loop.loop_name(loaded.stacks) == expected_loop
-    prefill = block_loop.make_prefill(loaded.params, loaded.stacks, cfg=CFG, mesh=mesh)
-    step = block_loop.make_gen_step(loaded.params, loaded.stacks, cfg=CFG, mesh=mesh)
+    timings: list = []
+    prefill = block_loop.make_prefill(loaded.params, loaded.stacks, cfg=CFG, mesh=mesh, overlap=overlap)
+    step = block_loop.make_gen_step(loaded.params, loaded.stacks, cfg=CFG, mesh=mesh, overlap=overlap,
+                                    timings=timings)
     (ids, text, lengths), args = _inputs()
     cache = prefill(loaded.params, ids, text, lengths)
     out = step(loaded.params, cache, tuple(args))
@@ -114,8 +117,10 @@ def test_mesh_and_block_loops_equal_one_device(name, folder, reference):
     errs = (_rel(out, ref), _rel(k, ref_k), _rel(v, ref_v))
     print(f"{name}: velocity rel err {errs[0]:.2e}, cache k {errs[1]:.2e}, v {errs[2]:.2e}")
     assert max(errs) < 1e-5
-    if sizes is not None and chunk is None:
-        assert cache.k.sharding.spec[3] == "tensor" if sizes[1] > 1 else True
+    if sizes is not None and sizes[1] > 1:
+        assert cache.k.sharding.spec[3] == "tensor"  # the und cache split over key/value heads
+    if not overlap:
+        assert len(timings) == 2  # two chunks (the second zero-padded), copy and compute timed apart
 
 
 def test_check_parallel_names_the_valid_sizes():
