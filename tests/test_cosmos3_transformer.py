@@ -335,3 +335,18 @@ def test_attention_kernels_take_the_gen_keys_as_lengths(impl, tmp_path_factory):
                                  vision_pos, noisy, attention_impl=impl))
     for i, p in enumerate(prompts):
         assert _rel(out[i:i + 1], _reference(model, "nano", p, latents, 500.0, [1, 2])) < 1e-5
+
+
+def test_bad_input_shapes_are_named_before_tracing(tmp_path_factory):
+    _, _, loaded = _saved("nano", tmp_path_factory)
+    ids, text_pos, lengths, lat, vision_pos, noisy = _batch("nano", [_prompt(5, 1)], _latents(), [1, 2])
+    with pytest.raises(ValueError, match=r"position_ids shape \(1, 3, 4\) \(expected \(1, 3, 5\)\)"):
+        und_prefill(loaded.params, loaded.cfg, ids, text_pos[:, :, :4], lengths)
+    cache = und_prefill(loaded.params, loaded.cfg, ids, text_pos, lengths)
+    t = np.full((1,), 10.0, np.float32)
+    with pytest.raises(ValueError, match=r"position_ids shape \(1, 3, 26\) \(expected \(1, 3, 27\)"):
+        gen_forward(loaded.params, loaded.cfg, cache, lengths, lat, t, vision_pos[:, :, :26], noisy)
+    with pytest.raises(ValueError, match=r"noisy shape \(1, 2\)"):
+        gen_forward(loaded.params, loaded.cfg, cache, lengths, lat, t, vision_pos, noisy[:, :2])
+    with pytest.raises(ValueError, match="latents have 3 channels"):
+        gen_forward(loaded.params, loaded.cfg, cache, lengths, lat[:, :3], t, vision_pos, noisy)
