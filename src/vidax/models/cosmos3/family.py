@@ -112,5 +112,4 @@ FAMILY = Family(
     convert=_convert,
     check=_check,
     fps_setting="fps",
-    offload=False,
 )
