@@ -359,9 +359,12 @@ class Cosmos3Pipeline:
 
         check_parallel(cfg, mesh, batch=len(packed.lengths))
 
-        def put(x):  # step inputs replicated on the mesh (the transformer's own shardings split the work)
+        def put(x):
+            """Step inputs committed to the device (one device) or replicated on the mesh (the transformer's
+            shard_map splits the work): committed like the sampler's outputs, so the first step's programs serve
+            every step."""
             if mesh is None:
-                return jnp.asarray(x)
+                return jax.device_put(x, first_device(self.vae_params))
             return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
 
         with mesh_context(mesh):
