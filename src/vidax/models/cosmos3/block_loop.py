@@ -155,7 +155,9 @@ def make_gen_step(params: dict, stacks: dict[str, OffloadedStack] | None, *, cfg
         a = prepare(*args)
         x, inputs, n = gen_prologue_sharded(params, cfg, a.lengths, a.latents, a.timestep, a.position_ids, a.noisy,
                                             mesh, rules)
-        return x, inputs, a.noisy
+        # the first chunk's start comes out of a program, committed as the next chunks' ``start + chunk_size`` is (an
+        # uncommitted zero would compile the layer program a second time for the other chunks)
+        return x, inputs, a.noisy, jnp.zeros((), jnp.int32)
 
     pro = jax.jit(prologue)
 
@@ -179,12 +181,12 @@ def make_gen_step(params: dict, stacks: dict[str, OffloadedStack] | None, *, cfg
         pad = stack.plan.padded_layers - cache.k.shape[0]
         if pad:
             cache = UndCache(*(jnp.pad(c, ((0, pad),) + ((0, 0),) * (c.ndim - 1)) for c in cache))
-        x, inputs, noisy = pro(params, args)
+        x, inputs, noisy, start = pro(params, args)
 
         def run(chunk, carry):
             return program(chunk, carry[0], carry[1], cache, inputs, num_valid=n)
 
-        x, _ = stream(stack, run, (x, jnp.zeros((), jnp.int32)), overlap=overlap, timings=timings)
+        x, _ = stream(stack, run, (x, start), overlap=overlap, timings=timings)
         return epi(params, x, noisy, args, finish_args)
 
     return step
