@@ -389,7 +389,7 @@ def test_scheduler_from_ltx_config(tmp_path):
     assert scheduler_from_config({"_class_name": "FlowMatchEulerDiscreteScheduler"}).config == {
         "num_train_timesteps": 1000, "flow_shift": 1.0, "use_dynamic_shifting": False, "base_shift": 0.5,
         "max_shift": 1.15, "base_image_seq_len": 256, "max_image_seq_len": 4096, "shift_terminal": None,
-        "time_shift_type": "exponential",
+        "time_shift_type": "exponential", "stochastic_sampling": False,
     }  # fmt: skip
     assert scheduler_from_config({**LTX_CONFIG, "shift_terminal": 0}).shift_terminal is None  # 0 means off
 
