@@ -41,8 +41,9 @@ class FixedNoise:
         self.noises, self.calls = list(noises), 0
 
     def __call__(self, shape, generator=None, device=None, dtype=None, layout=None):
-        out = torch.from_numpy(self.noises[self.calls]).to(dtype=dtype)
-        assert tuple(out.shape) == tuple(shape)
+        noise = self.noises[self.calls]
+        assert int(np.prod(shape)) == noise.size  # (the modular loop steps latents.unsqueeze(0))
+        out = torch.from_numpy(noise).reshape(tuple(shape)).to(dtype=dtype or torch.float32)
         self.calls += 1
         return out
 
@@ -110,3 +111,164 @@ def test_distilled_step_noise_arguments():
         det.step(det.set_timesteps(sigmas=(1.0,)), x, x, 0, noise=x)
     with pytest.raises(ValueError, match="UniPCMultistepScheduler"):
         make_distilled_scheduler({"_class_name": "UniPCMultistepScheduler"})
+
+
+# -- the pipeline against Cosmos3DistilledModularPipeline -------------------------------------------------------------
+
+PROMPT = "a red panda climbs a bamboo tree in the snow"
+TOL = 2.0 / 255.0
+
+
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory):
+    """A tiny distilled folder written by vidax's torch-free demo writer (``modular_model_index.json`` as
+    ``ModularPipeline.save_pretrained`` writes it, no ``model_index.json``, the released Qwen3-VL chat template in the
+    tokenizer); diffusers' ``ModularPipeline.from_pretrained`` builds the distilled blocks from it and loads the same
+    components."""
+    import json
+
+    from _cosmos3_reference import QWEN3_VL_CHAT_TEMPLATE
+    from diffusers.modular_pipelines import ModularPipeline
+
+    from vidax.models.cosmos3.demo import write_demo_checkpoint
+    from vidax.models.cosmos3.pipeline import Cosmos3Pipeline
+
+    folder = write_demo_checkpoint(tmp_path_factory.mktemp("c3dist") / "dist", seed=1, distilled=True)
+    cfg_path = folder / "text_tokenizer" / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = QWEN3_VL_CHAT_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg))
+    ref = ModularPipeline.from_pretrained(str(folder))
+    ref.load_components(dtype=torch.float32)
+    ours = Cosmos3Pipeline.from_pretrained(folder, dtype="float32", progress=False, compile_cache=False)
+    return folder, ref, ours
+
+
+def _reference(ref, latents, noises, monkeypatch, **kw):
+    fixed = FixedNoise(noises)
+    monkeypatch.setattr(fm, "randn_tensor", fixed)
+    with torch.no_grad():
+        video = ref(prompt=PROMPT, latents=torch.from_numpy(latents), output_type="np", output="videos", **kw)
+    assert fixed.calls == len(noises)
+    return np.asarray(video, np.float32)
+
+
+def test_distilled_folder_is_read_as_diffusers_reads_it(distilled):
+    from diffusers.modular_pipelines.cosmos.modular_blocks_cosmos3_distilled import Cosmos3DistilledBlocks
+
+    folder, ref, ours = distilled
+    assert isinstance(ref.blocks, Cosmos3DistilledBlocks) and not (folder / "model_index.json").exists()
+    assert ours.ckpt.is_distilled and ours.ckpt.distilled_sigmas == tuple(ref.config.distilled_sigmas)
+    assert ours.scheduler.stochastic_sampling is ref.scheduler.config.stochastic_sampling is True
+
+
+@pytest.mark.parametrize("sizes", [(9, 32, 48), (5, 48, 32)], ids=["9x32x48", "5x48x32-odd-latent-h"])
+def test_distilled_text_to_video_matches_diffusers(distilled, sizes, monkeypatch):
+    """Explicit latents and the reference's per-step noises (its ``randn_tensor`` replaced by fixed draws, handed to
+    vidax as ``step_noises``): the fixed 4-step schedule, one prompt row, the stochastic step."""
+    _, ref, ours = distilled
+    num_frames, height, width = sizes
+    shape = ours.latent_shape(height, width, num_frames)
+    latents = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    noises = [np.random.default_rng(100 + i).standard_normal(shape).astype(np.float32) for i in range(4)]
+    kw = dict(num_frames=num_frames, height=height, width=width, fps=24.0)
+    expected = _reference(ref, latents, noises, monkeypatch, **kw)
+    out = ours(PROMPT, latents=latents, step_noises=noises, output_type="float", progress=False, **kw)
+    assert out.frames.shape == (1, *expected.shape)
+    err = np.abs(out.frames[0] - expected).max()
+    assert err <= TOL, err
+    assert out.metrics["num_inference_steps"] == 4 and len(out.metrics["prompt_tokens"]) == 1
+
+
+def test_distilled_image_to_video_matches_diffusers(distilled, monkeypatch):
+    """The conditioning latent frame is put back after every (re-noising) step, as the reference re-anchors it."""
+    from PIL import Image
+
+    _, ref, ours = distilled
+    rng = np.random.default_rng(11)
+    image = Image.fromarray((rng.random((40, 56, 3)) * 255).astype(np.uint8))
+    num_frames, height, width = 9, 32, 48
+    shape = ours.latent_shape(height, width, num_frames)
+    latents = rng.standard_normal(shape).astype(np.float32)
+    noises = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]
+    expected = _reference(ref, latents, noises, monkeypatch, image=image, num_frames=num_frames, height=height,
+                          width=width)
+    out = ours(PROMPT, image=image, latents=latents, step_noises=noises, num_frames=num_frames, height=height,
+               width=width, output_type="float", progress=False)
+    err = np.abs(out.frames[0] - expected).max()
+    assert err <= TOL, err
+    z0 = np.asarray(ours.encode_condition(__import__("vidax.models.cosmos3.conditioning", fromlist=["x"])
+                                          .conditioning_pixels(image, height, width)))
+    np.testing.assert_array_equal(out.latents[:, :, :1], z0)
+
+
+def test_distilled_seeded_run_and_refusals(distilled):
+    """Without explicit noise vidax draws its own (seeded: the same seed, the same video); a step count other than
+    the schedule's, guidance other than 1 and a negative prompt are refused as the reference refuses them."""
+    _, ref, ours = distilled
+    kw = dict(num_frames=5, height=32, width=32, progress=False, seed=4)
+    a, b = ours(PROMPT, **kw), ours(PROMPT, **kw)
+    np.testing.assert_array_equal(a.latents, b.latents)
+    assert not np.array_equal(a.latents, ours(PROMPT, **{**kw, "seed": 5}).latents)
+    for bad, message in [(dict(num_inference_steps=5), "num_inference_steps must be 4 or left unset"),
+                         (dict(guidance_scale=6.0), "guidance_scale must be 1 or left unset"),
+                         (dict(negative_prompt="blurry"), "no negative prompt"),
+                         (dict(step_noises=[np.zeros((1, 48, 2, 2, 2), np.float32)] * 3), "must be 4 arrays")]:
+        with pytest.raises(ValueError, match=message):
+            ours(PROMPT, **{**kw, **bad})
+    for bad, message in [(dict(num_inference_steps=5), "num_inference_steps` must be 4"),
+                         (dict(guidance_scale=6.0), "guidance_scale` must be 1.0")]:
+        with pytest.raises(ValueError, match=message):
+            ref(prompt=PROMPT, num_frames=5, height=32, width=32, output_type="np", output="videos", **bad)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--steps", "5"], "num_inference_steps must be 4 or left unset"),
+    (["--guidance-scale", "6"], "guidance_scale must be 1 or left unset"),
+    (["--negative-prompt", "blurry"], "no negative prompt"),
+], ids=["steps-5", "guidance-6", "negative-prompt"])
+def test_distilled_refusals_are_one_error_line_before_loading(distilled, tmp_path, capsys, monkeypatch, flags,
+                                                              message):
+    import re
+
+    from vidax.cli import main
+    from vidax.models.cosmos3.pipeline import Cosmos3Pipeline
+
+    def refuse(*a, **k):
+        raise AssertionError("the backbone was loaded before the checks")
+
+    monkeypatch.setattr(Cosmos3Pipeline, "from_pretrained", classmethod(refuse))
+    folder = distilled[0]
+    out = tmp_path / "x.mp4"
+    args = ["generate", "--checkpoint", str(folder), "--prompt", "a", "--height", "32", "--width", "32",
+            "--num-frames", "5", "--out", str(out)]
+    assert main(args + flags) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vidax: error: ") and re.search(message, lines[0]), lines
+    assert not out.exists()
+
+
+def test_distilled_demo_inspect_and_convert(tmp_path, capsys):
+    """The demo through the registry (a folder with only modular_model_index.json: the family claims it), its
+    report, and the converted folder generating the same latents (the schedule kept in vidax_index.json)."""
+    import json
+
+    from vidax.cli import main
+    from vidax.models.cosmos3.pipeline import Cosmos3Pipeline
+
+    assert main(["demo", "cosmos3-distilled/t2v", "--checkpoint-dir", str(tmp_path / "c"), "--out-dir",
+                 str(tmp_path / "o"), "--quiet"]) == 0
+    metrics = json.loads((tmp_path / "o" / "cosmos3-distilled-t2v.json").read_text())
+    assert metrics["num_inference_steps"] == 4 and metrics["prompt_tokens"] and len(metrics["prompt_tokens"]) == 1
+    folder = tmp_path / "c" / "cosmos3-distilled-demo"
+    assert main(["inspect", str(folder)]) == 0
+    report = capsys.readouterr().out
+    assert "distilled: 4 fixed steps" in report and "stochastic flow Euler on the distilled sigmas 1, 0.75, 0.5, 0.25" \
+        in report
+    converted = tmp_path / "conv"
+    assert main(["convert", str(folder), str(converted), "--dtype", "float32"]) == 0
+    assert json.loads((converted / "vidax_index.json").read_text())["distilled_sigmas"] == [1.0, 0.75, 0.5, 0.25]
+    kw = dict(height=32, width=32, num_frames=5, seed=3, progress=False)
+    a = Cosmos3Pipeline.from_pretrained(folder, dtype="float32", progress=False, compile_cache=False)("a cat", **kw)
+    b = Cosmos3Pipeline.from_pretrained(converted, dtype="float32", progress=False, compile_cache=False)("a cat", **kw)
+    np.testing.assert_array_equal(a.latents, b.latents)
