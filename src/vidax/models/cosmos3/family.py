@@ -143,7 +143,7 @@ FAMILY = Family(
                      "values computed once)"),
            Demo("cosmos3-edge", ("t2v", "i2v"), _write_edge_demo, _demo_settings, lambda task: "cosmos3-edge-demo",
                 note="Cosmos3 Edge-style (squared-ReLU MLP, Nemotron norms, native flow grid)"),
-           Demo("cosmos3-distilled", ("t2v", "i2v"), _write_distilled_demo, _distilled_demo_settings,
+           Demo("cosmos3-distilled", ("t2v",), _write_distilled_demo, _distilled_demo_settings,
                 lambda task: "cosmos3-distilled-demo",
                 note="distilled Cosmos3 (4 fixed steps, stochastic flow Euler, guidance baked in)")),
     folder_tasks=_tasks,
