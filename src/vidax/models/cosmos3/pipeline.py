@@ -464,7 +464,7 @@ class Cosmos3Pipeline:
                         if step_noises is not None:
                             noise = put(np.asarray(step_noises[i], np.float32))
                         else:
-                            noise = jax.random.normal(jax.random.fold_in(noise_key, i), shape, jnp.float32)
+                            noise = put(jax.random.normal(jax.random.fold_in(noise_key, i), shape, jnp.float32))
                         x, state = self.scheduler.step(state, v, x, i, noise=noise)
                     else:
                         x, state = self.scheduler.step(state, v, x, i)
