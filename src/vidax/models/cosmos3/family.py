@@ -96,18 +96,6 @@ def _convert(src: Path, dst: Path, **dtypes) -> dict:
     return convert_checkpoint(src, dst, **dtypes)
 
 
-def _write_demo(folder: Path, task: str) -> Path:
-    from vidax.models.cosmos3.demo import write_demo_checkpoint
-
-    return write_demo_checkpoint(folder)
-
-
-def _write_edge_demo(folder: Path, task: str) -> Path:
-    from vidax.models.cosmos3.demo import write_demo_checkpoint
-
-    return write_demo_checkpoint(folder, edge=True)
-
-
 def _write_distilled_demo(folder: Path, task: str) -> Path:
     from vidax.models.cosmos3.demo import write_demo_checkpoint
 
@@ -119,6 +107,18 @@ def _distilled_demo_settings(task: str) -> dict[str, Any]:
 
     return dict(height=32, width=48, num_frames=9, num_inference_steps=len(DEMO_DISTILLED_SIGMAS), guidance_scale=1.0,
                 dtype="float32")
+
+
+def _write_demo(folder: Path, task: str) -> Path:
+    from vidax.models.cosmos3.demo import write_demo_checkpoint
+
+    return write_demo_checkpoint(folder)
+
+
+def _write_edge_demo(folder: Path, task: str) -> Path:
+    from vidax.models.cosmos3.demo import write_demo_checkpoint
+
+    return write_demo_checkpoint(folder, edge=True)
 
 
 def _demo_settings(task: str) -> dict[str, Any]:
