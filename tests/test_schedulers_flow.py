@@ -373,7 +373,7 @@ def test_scheduler_from_ltx_config(tmp_path):
     assert ours.config == {
         "num_train_timesteps": 1000, "flow_shift": 1.0, "use_dynamic_shifting": True, "base_shift": 0.95,
         "max_shift": 2.05, "base_image_seq_len": 1024, "max_image_seq_len": 4096, "shift_terminal": 0.1,
-        "time_shift_type": "exponential",
+        "time_shift_type": "exponential", "stochastic_sampling": False,
     }  # fmt: skip
     assert ours.sigma_max == 1.0 and ours.sigma_min == float(np.float32(1) / np.float32(1000))  # unshifted ends
     # diffusers' own saved config (every current key, defaults filled in) loads without unknown-key warnings
@@ -389,7 +389,7 @@ def test_scheduler_from_ltx_config(tmp_path):
     assert scheduler_from_config({"_class_name": "FlowMatchEulerDiscreteScheduler"}).config == {
         "num_train_timesteps": 1000, "flow_shift": 1.0, "use_dynamic_shifting": False, "base_shift": 0.5,
         "max_shift": 1.15, "base_image_seq_len": 256, "max_image_seq_len": 4096, "shift_terminal": None,
-        "time_shift_type": "exponential",
+        "time_shift_type": "exponential", "stochastic_sampling": False,
     }  # fmt: skip
     assert scheduler_from_config({**LTX_CONFIG, "shift_terminal": 0}).shift_terminal is None  # 0 means off
 

@@ -105,13 +105,14 @@ _EULER_ARGS = {  # diffusers FlowMatchEulerDiscreteScheduler.__init__ (diffusers
     "max_image_seq_len": ("max_image_seq_len", 4096),
     "shift_terminal": ("shift_terminal", None),
     "time_shift_type": ("time_shift_type", "exponential"),
+    "stochastic_sampling": ("stochastic_sampling", False),  # supported only with allow_stochastic=True
 }
 _EULER_REQUIRED = {
     "invert_sigmas": (False, (False,)),
     "use_karras_sigmas": (False, (False,)),
     "use_exponential_sigmas": (False, (False,)),
     "use_beta_sigmas": (False, (False,)),
-    "stochastic_sampling": (False, (False,)),
+    "stochastic_sampling": (False, (False,)),  # (False, True) with allow_stochastic=True
 }
 _EULER_IGNORED: set[str] = set()
 
@@ -184,7 +185,7 @@ def _unipc_grid(cfg: dict[str, Any], kwargs: dict[str, Any]) -> None:
         kwargs["sigma_max"] = cfg.get("sigma_max")
 
 
-def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler:
+def scheduler_from_config(config: dict[str, Any], *, allow_stochastic: bool = False, **overrides: Any) -> Scheduler:
     """Build a vidax scheduler from a diffusers ``scheduler_config.json`` dict.
 
     Args:
@@ -206,6 +207,9 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
         With ``use_karras_sigmas=True`` (a Cosmos-Predict2.5 folder) UniPC reads
         ``sigma_min`` and ``sigma_max``. For CogVideoX, ``_class_name`` may be overridden to
         switch between DDIM and DPM on the same config.
+      allow_stochastic: accept Euler ``stochastic_sampling=True`` (a pipeline
+        that passes each step's noise to :meth:`FlowMatchEulerScheduler.step`,
+        e.g. the distilled Cosmos3 one); refused otherwise.
 
     Returns:
       The scheduler.
@@ -244,6 +248,8 @@ def scheduler_from_config(config: dict[str, Any], **overrides: Any) -> Scheduler
         del cfg["flow_shift"]
 
     for key, (default, supported) in required.items():
+        if allow_stochastic and name == "FlowMatchEulerDiscreteScheduler" and key == "stochastic_sampling":
+            supported = (False, True)
         value = cfg.get(key, default)
         if not any(_same(value, s) for s in supported):
             raise ValueError(

@@ -5,8 +5,10 @@ class ``FlowMatchEulerDiscreteScheduler``: static ``shift`` (Wan) or
 ``use_dynamic_shifting`` with ``mu`` (LTX-Video, Flux; ``time_shift_type``
 "exponential" or "linear"), ``shift_terminal``, custom ``sigmas`` and/or
 ``timesteps`` and the per-token step of ``pipelines/ltx/pipeline_ltx_condition.py``.
-Not implemented (refused by :func:`vidax.schedulers.scheduler_from_config`):
-karras/exponential/beta sigmas, ``invert_sigmas`` (Mochi), ``stochastic_sampling``.
+``stochastic_sampling`` (the re-noising step of LTX-Video 0.9.6-distilled and the distilled Cosmos3 checkpoints)
+takes its standard normal noise from the caller (``noise=`` or a ``jax.random`` ``key=``), so it is refused by
+:func:`vidax.schedulers.scheduler_from_config` unless the pipeline says it supplies it (``allow_stochastic=True``).
+Not implemented (refused): karras/exponential/beta sigmas, ``invert_sigmas`` (Mochi).
 
 The schedule is built in numpy with the very operations (and therefore the
 dtypes: float64 on the default path, float32 once custom sigmas or timesteps
@@ -88,6 +90,18 @@ def _euler_update(model_output: jax.Array, sample: jax.Array, dt: jax.Array, zer
 
 
 @jax.jit
+def _stochastic_update(
+    model_output: jax.Array, sample: jax.Array, noise: jax.Array, sigma: jax.Array, sigma_next: jax.Array,
+    zero: jax.Array,
+) -> jax.Array:
+    # diffusers (stochastic_sampling): x0 = sample - sigma * v; prev = (1 - sigma_next) * x0 + sigma_next * noise,
+    # op by op in float32 (each product rounded before its add, as torch computes it), cast to v's dtype.
+    x0 = sample.astype(jnp.float32) - rounded(sigma * model_output.astype(jnp.float32), zero)
+    prev = rounded((jnp.float32(1.0) - sigma_next) * x0, zero) + rounded(sigma_next * noise.astype(jnp.float32), zero)
+    return prev.astype(model_output.dtype)
+
+
+@jax.jit
 def _euler_update_per_token(
     model_output: jax.Array, sample: jax.Array, timesteps: jax.Array, sigmas: jax.Array, n_train: jax.Array,
     zero: jax.Array,
@@ -154,11 +168,15 @@ class FlowMatchEulerScheduler(Scheduler):
       shift_terminal: if set (not ``None``/0), the last sigma before the final
         0, in ``(0, 1)``.
       time_shift_type: ``"exponential"`` (default) or ``"linear"``.
+      stochastic_sampling: diffusers' re-noising step (see :meth:`step`):
+        ``x0 = sample - sigma * v``, ``prev = (1 - sigma_next) x0 + sigma_next noise``
+        with fresh standard normal noise every step (the distilled Cosmos3
+        and LTX-Video 0.9.6-distilled samplers).
 
     Raises:
       ValueError: for a non-positive ``flow_shift`` or ``num_train_timesteps``,
         a ``shift_terminal`` outside ``[0, 1)``, an unknown ``time_shift_type``,
-        or a non-bool ``use_dynamic_shifting``.
+        or a non-bool ``use_dynamic_shifting`` or ``stochastic_sampling``.
     """
 
     def __init__(
@@ -173,10 +191,14 @@ class FlowMatchEulerScheduler(Scheduler):
         max_image_seq_len: int = 4096,
         shift_terminal: float | None = None,
         time_shift_type: str = "exponential",
+        stochastic_sampling: bool = False,
     ):
         super().__init__(num_train_timesteps=num_train_timesteps, flow_shift=flow_shift)
         if not isinstance(use_dynamic_shifting, (bool, np.bool_)):
             raise ValueError(f"use_dynamic_shifting must be a bool, got {use_dynamic_shifting!r}")
+        if not isinstance(stochastic_sampling, (bool, np.bool_)):
+            raise ValueError(f"stochastic_sampling must be a bool, got {stochastic_sampling!r}")
+        self.stochastic_sampling = bool(stochastic_sampling)
         if time_shift_type not in TIME_SHIFT_TYPES:
             raise ValueError(f"time_shift_type must be one of {TIME_SHIFT_TYPES}, got {time_shift_type!r}")
         if shift_terminal is not None and (
@@ -341,6 +363,8 @@ class FlowMatchEulerScheduler(Scheduler):
         step_index: int,
         *,
         per_token_timesteps: jax.Array | np.ndarray | None = None,
+        noise: jax.Array | np.ndarray | None = None,
+        key: jax.Array | None = None,
     ) -> tuple[jax.Array, SchedulerState]:
         """One Euler step from ``sigmas[step_index]`` to ``sigmas[step_index + 1]``.
 
@@ -358,20 +382,54 @@ class FlowMatchEulerScheduler(Scheduler):
             schedule sigma below ``sigma - 1e-6`` (0 if none), with
             ``dt = sigma - next`` (positive, so the LTX pipeline passes minus
             the velocity), and ``step_index`` is only checked, not used.
+            Not with ``stochastic_sampling`` (no release combines them).
+          noise: with ``stochastic_sampling``, the step's standard normal noise
+            shaped like ``sample`` (diffusers draws ``randn_tensor(sample.shape,
+            generator)`` in float32 at every step, the last one included, where
+            ``sigma_next = 0`` multiplies it away).
+          key: instead of ``noise``, a ``jax.random`` key: the noise is
+            ``jax.random.normal(key, sample.shape, float32)``. With
+            ``stochastic_sampling`` pass exactly one of ``noise`` and ``key``
+            (a fresh one per step, e.g. ``jax.random.fold_in(key, i)``); without
+            it, neither.
 
         Returns:
           ``(prev_sample, state)``. ``prev_sample = sample + dt * model_output``
           is computed in float32 and cast to ``model_output.dtype``, as diffusers
           does (diffusers multiplies ``dt * model_output`` in the model output's
           dtype; here it is float32, identical for float32 inputs). With
-          ``per_token_timesteps`` it stays float32, as in diffusers.
+          ``per_token_timesteps`` it stays float32, as in diffusers. With
+          ``stochastic_sampling``: ``x0 = sample - sigma * model_output``,
+          ``prev = (1 - sigma_next) * x0 + sigma_next * noise`` in float32, cast
+          to ``model_output.dtype``.
 
         Raises:
-          ValueError: on a bad ``step_index``, mismatched shapes/dtypes, or
-            ``per_token_timesteps`` that do not broadcast to ``sample.shape[:-1]``.
+          ValueError: on a bad ``step_index``, mismatched shapes/dtypes,
+            ``per_token_timesteps`` that do not broadcast to ``sample.shape[:-1]``,
+            noise missing (or both ``noise`` and ``key``) for a stochastic step,
+            noise given to a deterministic one, or noise of the wrong shape.
         """
         i = self._check_index(state, step_index)
         self._check_shapes(model_output, sample)
+        if not self.stochastic_sampling:
+            if noise is not None or key is not None:
+                raise ValueError("FlowMatchEulerScheduler.step: noise/key given but stochastic_sampling is off")
+        else:
+            if per_token_timesteps is not None:
+                raise ValueError("FlowMatchEulerScheduler.step: per_token_timesteps with stochastic_sampling is "
+                                 "not supported")
+            if (noise is None) == (key is None):
+                raise ValueError("FlowMatchEulerScheduler.step: stochastic_sampling needs exactly one of noise= or "
+                                 "key= (fresh per step)")
+            if key is not None:
+                noise = jax.random.normal(key, tuple(sample.shape), jnp.float32)
+            elif tuple(np.shape(noise)) != tuple(sample.shape):
+                raise ValueError(f"noise of shape {tuple(np.shape(noise))} must have the sample's shape "
+                                 f"{tuple(sample.shape)}")
+            sigma, sigma_next = state.sigmas[i], state.sigmas[i + 1]  # float32 host scalars
+            prev = _stochastic_update(model_output, sample, jnp.asarray(noise), _f32(sigma), _f32(sigma_next),
+                                      np.int32(0))
+            return prev, state
         if per_token_timesteps is not None:
             tpt = jnp.asarray(per_token_timesteps)
             lead = tuple(sample.shape[:-1])
@@ -405,4 +463,5 @@ class FlowMatchEulerScheduler(Scheduler):
             "max_image_seq_len": self.max_image_seq_len,
             "shift_terminal": self.shift_terminal,
             "time_shift_type": self.time_shift_type,
+            "stochastic_sampling": self.stochastic_sampling,
         }

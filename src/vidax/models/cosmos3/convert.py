@@ -120,6 +120,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, dtype:
             "format": "vidax", "version": 1, "family": FAMILY, "pipeline_class": PIPELINE_CLASS,
             "default_use_system_prompt": ckpt.default_use_system_prompt,
             "use_native_flow_schedule": ckpt.use_native_flow_schedule,
+            "distilled_sigmas": list(ckpt.distilled_sigmas) if ckpt.is_distilled else None,
             "source": str(Path(src).resolve()), "source_layout": ckpt.layout, "transformer_layout": tlayout,
             "dtypes": {"transformer": dtype.name, "vae": vae_dtype.name}, "bytes": sizes,
         }

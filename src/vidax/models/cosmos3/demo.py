@@ -7,8 +7,12 @@ release's at a tiny size: the Mixture-of-Transformers backbone with its understa
 layer (Nano's SiLU-gated MLP and q/k norms, or with ``edge=True`` Edge's squared-ReLU MLP, Nemotron norms, no text
 q/k norms and the generation path's own understanding-key norm); the Wan2.2 VAE (16x space, 4x time, 48 latent
 channels); a Qwen2 BPE tokenizer with Qwen3-VL's special tokens and a chat template for text messages that renders
-what Qwen3-VL's does; the scheduler is Nano's Karras flow grid (``edge=True``: the native flow grid, shift 3, a demo
-value).
+what Qwen3-VL's does; the scheduler is Nano's Karras flow grid (``edge=True``: the native flow grid, shift 3).
+
+``distilled=True``: a distilled (few-step) folder as diffusers' ``Cosmos3DistilledModularPipeline.save_pretrained``
+writes one: ``modular_model_index.json`` (``_blocks_class_name`` ``Cosmos3DistilledBlocks``, ``is_distilled``,
+``distilled_sigmas`` :data:`DEMO_DISTILLED_SIGMAS`, each component's loading spec) instead of ``model_index.json``,
+and a ``FlowMatchEulerDiscreteScheduler`` with ``stochastic_sampling``.
 
 The weights are random: the video is structured noise. The folder exercises the real loading and generation path
 end to end; a real checkpoint works by changing only the folder.
@@ -25,6 +29,10 @@ import numpy as np
 from vidax.checkpoint.demo import DEMO_MARKER, DIFFUSERS_VERSION, demo_marker_text, random_state_dict
 from vidax.checkpoint.writer import save_component, write_json
 from vidax.core import wan_vae
+
+#: The demo's distilled schedule: the tiny distilled fixture's ``t_list`` of diffusers' distilled tests
+#: (``tests/modular_pipelines/cosmos/test_modular_pipeline_cosmos3_distilled.py``, huggingface/diffusers#14177).
+DEMO_DISTILLED_SIGMAS = (1.0, 0.75, 0.5, 0.25)
 
 LATENT_CHANNELS, PATCH = 48, 2  # the Wan2.2 VAE's latent channels; the transformer's 2x2 latent patch
 
@@ -149,6 +157,31 @@ def scheduler_config(*, edge: bool = False) -> dict:
     return cfg
 
 
+def distilled_scheduler_config() -> dict:
+    """diffusers' ``FlowMatchEulerDiscreteScheduler`` config (every key 0.42.1 saves) with ``stochastic_sampling``:
+    the distilled checkpoints' re-noising Euler step."""
+    return {"_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": DIFFUSERS_VERSION,
+            "base_image_seq_len": 256, "base_shift": 0.5, "invert_sigmas": False, "max_image_seq_len": 4096,
+            "max_shift": 1.15, "num_train_timesteps": 1000, "shift": 1.0, "shift_terminal": None,
+            "stochastic_sampling": True, "time_shift_type": "exponential", "use_beta_sigmas": False,
+            "use_dynamic_shifting": False, "use_exponential_sigmas": False, "use_karras_sigmas": False}
+
+
+def modular_index(folder: Path, sigmas) -> dict:
+    """A distilled ``modular_model_index.json`` as ``ModularPipeline.save_pretrained`` writes it (diffusers 0.42.1)."""
+    def spec(library: str, cls: str, sub: str) -> list:
+        return [library, cls, {"pretrained_model_name_or_path": str(Path(folder).resolve()), "revision": None,
+                               "subfolder": sub, "type_hint": [library, cls], "variant": None}]
+
+    return {"_blocks_class_name": "Cosmos3DistilledBlocks", "_class_name": "Cosmos3OmniModularPipeline",
+            "_diffusers_version": DIFFUSERS_VERSION, "default_use_system_prompt": True,
+            "distilled_sigmas": [float(v) for v in sigmas], "enable_safety_checker": False, "is_distilled": True,
+            "scheduler": spec("diffusers", "FlowMatchEulerDiscreteScheduler", "scheduler"),
+            "text_tokenizer": spec("transformers", "Qwen2Tokenizer", "text_tokenizer"),
+            "transformer": spec("diffusers", "Cosmos3OmniTransformer", "transformer"),
+            "vae": spec("diffusers", "AutoencoderKLWan", "vae")}
+
+
 def _corpus() -> list[str]:
     from vidax.models.cosmos3.text import SYSTEM_PROMPT_IMAGE, SYSTEM_PROMPT_VIDEO
 
@@ -177,14 +210,15 @@ def write_vae(folder: Path, config: dict, rng: np.random.Generator) -> None:
                    random_state_dict(wan_vae.vae_keymap(cfg), wan_vae.vae_specs(cfg), rng), config)
 
 
-def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, edge: bool = False,
-                          transformer_overrides: dict | None = None) -> Path:
+def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, edge: bool = False, distilled: bool = False,
+                          distilled_sigmas=DEMO_DISTILLED_SIGMAS, transformer_overrides: dict | None = None) -> Path:
     """Write a tiny random-weight Cosmos3 folder (see the module docstring).
 
     Args:
       folder: the folder to create (must not exist, or be empty).
       seed: the weights' random seed.
       edge: Edge's architecture variants and the native flow grid instead of Nano's.
+      distilled: a distilled folder (``modular_model_index.json``, stochastic flow Euler on ``distilled_sigmas``).
       transformer_overrides: config.json values replacing the tiny defaults (tests, benchmarks).
 
     Returns:
@@ -204,6 +238,11 @@ def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, edge: bool = Fal
                    tcfg)
     write_vae(folder, vae_config(), rng)
     (folder / "scheduler").mkdir()
+    if distilled:
+        write_json(folder / "scheduler" / "scheduler_config.json", distilled_scheduler_config())
+        write_json(folder / "modular_model_index.json", modular_index(folder, distilled_sigmas))
+        (folder / DEMO_MARKER).write_text(demo_marker_text("Cosmos3 (distilled)"))
+        return folder
     write_json(folder / "scheduler" / "scheduler_config.json", scheduler_config(edge=edge))
     write_json(folder / "model_index.json", {
         "_class_name": "Cosmos3OmniPipeline", "_diffusers_version": DIFFUSERS_VERSION,
@@ -222,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--edge", action="store_true", help="Edge's architecture and native flow grid")
+    p.add_argument("--distilled", action="store_true", help="a distilled folder (4 fixed steps)")
     args = p.parse_args(argv)
-    print(write_demo_checkpoint(args.folder, seed=args.seed, edge=args.edge))
+    print(write_demo_checkpoint(args.folder, seed=args.seed, edge=args.edge, distilled=args.distilled))
     return 0
 
 

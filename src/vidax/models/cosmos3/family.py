@@ -58,7 +58,30 @@ def _check(folder: Path, task: str, call: dict) -> None:
     if task == "i2v" and call["num_frames"] == 1:
         raise ValueError("image-to-video needs more than one frame (--num-frames 5 or more); one frame is "
                          "text-to-image, which takes no --image")
-    check_tokenizer(_checkpoint(folder))
+    ckpt = _checkpoint(folder)
+    check_tokenizer(ckpt)
+    if ckpt.is_distilled:
+        from vidax.models.cosmos3.pipeline import check_distilled_call
+
+        check_distilled_call(ckpt, call.get("num_inference_steps"), call.get("guidance_scale"),
+                             call.get("negative_prompt"))
+
+
+def _resolve(folder: Path, task: str, preset, given: dict, call: dict) -> dict:
+    """A distilled folder's step count and guidance (its schedule's, 1) unless the flags set them (then checked)."""
+    ckpt = _checkpoint(folder)
+    if ckpt.is_distilled:
+        for key, value in (("num_inference_steps", len(ckpt.distilled_sigmas)), ("guidance_scale", 1.0)):
+            if key not in given:
+                call[key] = value
+    return call
+
+
+def _claims(folder: Path) -> bool:
+    """A distilled folder with only a ``modular_model_index.json`` (no ``model_index.json``)."""
+    from vidax.models.cosmos3.layout import is_cosmos3_folder
+
+    return is_cosmos3_folder(folder)
 
 
 def _inspect(path: Path) -> list[str]:
@@ -71,6 +94,19 @@ def _convert(src: Path, dst: Path, **dtypes) -> dict:
     from vidax.models.cosmos3.convert import convert_checkpoint
 
     return convert_checkpoint(src, dst, **dtypes)
+
+
+def _write_distilled_demo(folder: Path, task: str) -> Path:
+    from vidax.models.cosmos3.demo import write_demo_checkpoint
+
+    return write_demo_checkpoint(folder, distilled=True)
+
+
+def _distilled_demo_settings(task: str) -> dict[str, Any]:
+    from vidax.models.cosmos3.demo import DEMO_DISTILLED_SIGMAS
+
+    return dict(height=32, width=48, num_frames=9, num_inference_steps=len(DEMO_DISTILLED_SIGMAS), guidance_scale=1.0,
+                dtype="float32")
 
 
 def _write_demo(folder: Path, task: str) -> Path:
@@ -106,10 +142,15 @@ FAMILY = Family(
                 note="Cosmos3 Nano-style (understanding + generation streams per layer; the prompt's keys and "
                      "values computed once)"),
            Demo("cosmos3-edge", ("t2v", "i2v"), _write_edge_demo, _demo_settings, lambda task: "cosmos3-edge-demo",
-                note="Cosmos3 Edge-style (squared-ReLU MLP, Nemotron norms, native flow grid)")),
+                note="Cosmos3 Edge-style (squared-ReLU MLP, Nemotron norms, native flow grid)"),
+           Demo("cosmos3-distilled", ("t2v",), _write_distilled_demo, _distilled_demo_settings,
+                lambda task: "cosmos3-distilled-demo",
+                note="distilled Cosmos3 (4 fixed steps, stochastic flow Euler, guidance baked in)")),
     folder_tasks=_tasks,
     inspect=_inspect,
     convert=_convert,
     check=_check,
+    resolve=_resolve,
+    claims_folder=_claims,
     fps_setting="fps",
 )

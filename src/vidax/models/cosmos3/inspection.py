@@ -45,9 +45,11 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
       CheckpointError: see :func:`vidax.models.cosmos3.layout.resolve_checkpoint`.
     """
     ckpt = resolve_checkpoint(path)
+    grid = 'native flow grid' if ckpt.use_native_flow_schedule else 'the scheduler config grid'
+    if ckpt.is_distilled:
+        grid = f"distilled: {len(ckpt.distilled_sigmas)} fixed steps, guidance baked in"
     lines = [f"{Path(path)}: {_WHAT} ({PIPELINE_CLASS}), {ckpt.layout} layout; system prompt "
-             f"{'on' if ckpt.default_use_system_prompt else 'off'} by default, "
-             f"{'native flow grid' if ckpt.use_native_flow_schedule else 'the scheduler config grid'}"]
+             f"{'on' if ckpt.default_use_system_prompt else 'off'} by default, {grid}"]
     found = {}
 
     def transformer_lines():
@@ -82,6 +84,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
         from vidax.models.cosmos3.loading import make_scheduler
 
         s = make_scheduler(ckpt)
+        if ckpt.is_distilled:
+            sigmas = ", ".join(f"{v:g}" for v in ckpt.distilled_sigmas)
+            kind = "stochastic flow Euler" if s.stochastic_sampling else "flow Euler"
+            return [f"scheduler: {ckpt.scheduler} ({kind} on the distilled sigmas {sigmas}, shift {s.flow_shift:g})"]
         if s.sigma_grid == "karras":
             grid = f"the Karras flow grid (sigma {s.sigma_max:g} to {s.sigma_min:g})"
         elif s.sigma_grid == "native":

@@ -13,6 +13,13 @@ Two layouts:
       scheduler/           UniPCMultistepScheduler (:mod:`vidax.models.cosmos3.schedule`)
       sound_tokenizer/     (optional; sound generation is not run by vidax and the folder is not read)
 
+  A distilled (few-step) folder (``nvidia/Cosmos3-Super-Text2Image-4Step``, ``-Image2Video-4Step``; diffusers 0.42.1
+  ``modular_pipelines/cosmos``, ``Cosmos3DistilledModularPipeline``) has the same components with a
+  ``FlowMatchEulerDiscreteScheduler`` and a ``modular_model_index.json`` (``_blocks_class_name``
+  ``Cosmos3DistilledBlocks``, ``is_distilled: true``, ``distilled_sigmas``: the fixed schedule, one sigma per step),
+  with or without a ``model_index.json``. A ``modular_model_index.json`` without ``is_distilled`` (the base releases
+  carry one for the modular pipeline) changes nothing.
+
 * ``"vidax"``: written by ``vidax convert`` (``vidax_index.json`` with ``family: cosmos3`` and the pipeline's
   settings, then the diffusers folder names; :mod:`vidax.models.cosmos3.convert`).
 
@@ -31,6 +38,10 @@ from vidax.core.config_values import read_json
 
 DIFFUSERS, VIDAX = "diffusers", "vidax"
 PIPELINE_CLASS = "Cosmos3OmniPipeline"
+MODULAR_INDEX = "modular_model_index.json"
+#: ``modular_model_index.json``'s pipeline classes and the distilled blocks (diffusers 0.42.1 ``modular_pipelines``).
+MODULAR_CLASSES = ("Cosmos3OmniModularPipeline", "Cosmos3DistilledModularPipeline")
+DISTILLED_BLOCKS = "Cosmos3DistilledBlocks"
 FAMILY_NAME = "cosmos3"
 EXAMPLE = "nvidia/Cosmos3-Nano"
 #: The pipeline's registered settings (``Cosmos3OmniPipeline.__init__``) and their defaults.
@@ -48,6 +59,8 @@ class Cosmos3Checkpoint:
       scheduler: ``scheduler_config.json``.
       default_use_system_prompt: ``model_index.json``'s (the system prompt prepended unless a call says otherwise).
       use_native_flow_schedule: ``model_index.json``'s (the native flow grid instead of the config's).
+      distilled_sigmas: a distilled folder's fixed schedule (``modular_model_index.json``'s ``distilled_sigmas``),
+        else None.
     """
 
     folder: Path
@@ -58,6 +71,12 @@ class Cosmos3Checkpoint:
     scheduler: Path
     default_use_system_prompt: bool = True
     use_native_flow_schedule: bool = False
+    distilled_sigmas: tuple[float, ...] | None = None
+
+    @property
+    def is_distilled(self) -> bool:
+        """A distilled checkpoint: Euler on :attr:`distilled_sigmas`, guidance baked into the weights."""
+        return self.distilled_sigmas is not None
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -84,6 +103,29 @@ def _settings(index: dict, path: Path) -> dict:
     return out
 
 
+def _is_modular_cosmos3(index: dict) -> bool:
+    return index.get("_class_name") in MODULAR_CLASSES or index.get("_blocks_class_name") == DISTILLED_BLOCKS
+
+
+def _distilled(index: dict, path: Path) -> tuple[float, ...] | None:
+    """``distilled_sigmas`` of a distilled ``modular_model_index.json`` (``is_distilled``: default true for the
+    distilled blocks, as their config spec), else None."""
+    from vidax.models.cosmos3.schedule import check_distilled_sigmas
+
+    flag = index.get("is_distilled", index.get("_blocks_class_name") == DISTILLED_BLOCKS)
+    if not isinstance(flag, bool):
+        raise CheckpointError(f"{path}: is_distilled must be true or false, got {excerpt(flag)}")
+    if not flag:
+        return None
+    if not index.get("distilled_sigmas"):
+        raise CheckpointError(f"{path}: a distilled Cosmos3 folder needs distilled_sigmas (its fixed schedule), as "
+                              "diffusers' Cosmos3DistilledSetTimestepsStep does; download the folder again")
+    try:
+        return check_distilled_sigmas(index["distilled_sigmas"])
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
 def _components(folder: Path, layout: str, settings: dict) -> Cosmos3Checkpoint:
     parts = ["transformer/config.json", "vae/config.json", "text_tokenizer", "scheduler/scheduler_config.json"]
     _need([folder / p for p in parts], folder, f"the {PIPELINE_CLASS} folder")
@@ -99,6 +141,8 @@ def is_cosmos3_folder(folder: Path) -> bool:
             return read_json(folder / VIDAX_INDEX).get("family") == FAMILY_NAME
         if (folder / "model_index.json").is_file():
             return read_json(folder / "model_index.json").get("_class_name") == PIPELINE_CLASS
+        if (folder / MODULAR_INDEX).is_file():
+            return _is_modular_cosmos3(read_json(folder / MODULAR_INDEX))
     except CheckpointError:
         return False
     return False
@@ -118,15 +162,30 @@ def resolve_checkpoint(folder: str | os.PathLike) -> Cosmos3Checkpoint:
         index = read_json(folder / VIDAX_INDEX)
         if index.get("format") != "vidax" or index.get("family") != FAMILY_NAME:
             raise CheckpointError(f"{folder / VIDAX_INDEX}: not a vidax-converted Cosmos3 checkpoint (format/family)")
-        return _components(folder, VIDAX, _settings(index, folder / VIDAX_INDEX))
+        settings = _settings(index, folder / VIDAX_INDEX)
+        if index.get("distilled_sigmas") is not None:
+            settings["distilled_sigmas"] = _distilled({"is_distilled": True, **index}, folder / VIDAX_INDEX)
+        return _components(folder, VIDAX, settings)
+    modular = None
+    if (folder / MODULAR_INDEX).is_file():
+        modular = read_json(folder / MODULAR_INDEX)
+        if not _is_modular_cosmos3(modular):
+            modular = None
     if (folder / "model_index.json").is_file():
         index = read_json(folder / "model_index.json")
         name = index.get("_class_name")
         if name != PIPELINE_CLASS:
             raise CheckpointError(f"{folder / 'model_index.json'}: describes {name!r}, not {PIPELINE_CLASS}")
-        return _components(folder, DIFFUSERS, _settings(index, folder / "model_index.json"))
-    raise CheckpointError(f"{folder}: not a Cosmos3 folder: expected model_index.json (e.g. {EXAMPLE}) or "
-                          "vidax_index.json")
+        settings = _settings(index, folder / "model_index.json")
+        if modular is not None:
+            settings["distilled_sigmas"] = _distilled(modular, folder / MODULAR_INDEX)
+        return _components(folder, DIFFUSERS, settings)
+    if modular is not None:
+        settings = _settings(modular, folder / MODULAR_INDEX)
+        settings["distilled_sigmas"] = _distilled(modular, folder / MODULAR_INDEX)
+        return _components(folder, DIFFUSERS, settings)
+    raise CheckpointError(f"{folder}: not a Cosmos3 folder: expected model_index.json (e.g. {EXAMPLE}), a distilled "
+                          f"folder's {MODULAR_INDEX} or vidax_index.json")
 
 
 def check_tokenizer(ckpt: Cosmos3Checkpoint) -> None:
@@ -140,4 +199,5 @@ def check_tokenizer(ckpt: Cosmos3Checkpoint) -> None:
                               "Qwen/Qwen3-VL-8B-Instruct's tokenizer files into it")
 
 
-__all__ = ["Cosmos3Checkpoint", "check_tokenizer", "is_cosmos3_folder", "resolve_checkpoint"]
+__all__ = ["Cosmos3Checkpoint", "DISTILLED_BLOCKS", "MODULAR_INDEX", "check_tokenizer", "is_cosmos3_folder",
+           "resolve_checkpoint"]

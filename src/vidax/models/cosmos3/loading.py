@@ -65,14 +65,18 @@ def load_tokenizer(ckpt: Cosmos3Checkpoint):
 
 
 def make_scheduler(ckpt: Cosmos3Checkpoint):
-    """The folder's sampler with the pipeline's ``use_native_flow_schedule`` (:mod:`vidax.models.cosmos3.schedule`).
+    """The folder's sampler with the pipeline's ``use_native_flow_schedule`` (:mod:`vidax.models.cosmos3.schedule`);
+    a distilled folder's flow Euler sampler (set on its ``distilled_sigmas``).
 
     Raises:
       ValueError: a scheduler configuration the sampler does not support (named, with the file).
     """
+    from vidax.models.cosmos3.schedule import make_distilled_scheduler
     from vidax.models.cosmos3.schedule import make_scheduler as make
 
     try:
+        if ckpt.is_distilled:
+            return make_distilled_scheduler(ckpt.scheduler_config())
         return make(ckpt.scheduler_config(), use_native_flow_schedule=ckpt.use_native_flow_schedule)
     except ValueError as e:
         raise ValueError(f"{ckpt.scheduler}: {e}") from None

@@ -22,6 +22,18 @@ generation (sound and action generation are not run):
    the step's integer timestep;
 6. latents de-normalised and decoded by the Wan2.2 VAE; frames ``clip(x / 2 + 0.5, 0, 1)``.
 
+A distilled folder (:attr:`vidax.models.cosmos3.layout.Cosmos3Checkpoint.is_distilled`) follows diffusers 0.42.1's
+``Cosmos3DistilledModularPipeline`` (``modular_pipelines/cosmos``) instead: the step count is the folder's
+``distilled_sigmas`` (another ``num_inference_steps`` refused), guidance is baked into the weights (``guidance_scale``
+other than 1 refused; one prompt row per step, no negative prompt), flow Euler on those sigmas
+(``FlowMatchEulerDiscreteScheduler.set_timesteps(sigmas=...)``, the transformer given the float timestep
+``sigma * 1000``), with the scheduler's ``stochastic_sampling`` re-noising step ``x0 = x - sigma v``,
+``x' = (1 - sigma') x0 + sigma' noise``; for image-to-video the conditioning latent frame is put back after every step
+(the re-noising step would otherwise noise it). The per-step noise is drawn by ``jax.random`` on the device from the
+call's seed (``fold_in(fold_in(key(seed), 1), i)``; the initial latents use ``key(seed)``), not torch's generator, so
+seeded videos differ from the reference's; ``step_noises`` hands in explicit noises (the parity tests give the
+reference's).
+
 The sampling loop is a host loop around one compiled generation step (compiled once per run;
 :func:`vidax.models.cosmos3.block_loop.make_gen_step`, the CFG batch built in its prologue and the guidance in its
 epilogue). With ``dp * tp * sp > 1`` the transformer runs on a ``(data, tensor, sequence)`` mesh (its parameters
@@ -54,6 +66,7 @@ from vidax.models.cosmos3 import text as ctext
 from vidax.models.cosmos3.family import check_sizes
 from vidax.models.cosmos3.layout import check_tokenizer, resolve_checkpoint
 from vidax.models.cosmos3.presets import DEFAULT_FPS, DEFAULT_GUIDANCE_SCALE, DEFAULT_STEPS
+from vidax.models.cosmos3.schedule import distilled_model_timesteps
 from vidax.video import VideoOutput, finish_metrics
 
 #: Prompt rows are padded to a multiple of this many tokens (one compiled prefill and step per bucket).
@@ -105,7 +118,9 @@ class Cosmos3Pipeline:
         self.vae_cfg = vae_cfg
         self.vae_params = vae_params
         self.tokenizer = tokenizer  # vidax.models.cosmos3.text.Cosmos3Tokenizer
-        self.scheduler = scheduler  # FlowUniPCMultistepScheduler; its states' model_timesteps feed the transformer
+        # FlowUniPCMultistepScheduler (its states' model_timesteps feed the transformer); a distilled folder's
+        # FlowMatchEulerScheduler
+        self.scheduler = scheduler
         self.compute_dtype = jnp.dtype(dtype)
         self.attention = AttentionImpl(attention)
         self.mesh = mesh
@@ -273,11 +288,12 @@ class Cosmos3Pipeline:
         height: int = 720,
         width: int = 1280,
         num_frames: int = 189,
-        num_inference_steps: int = DEFAULT_STEPS,
-        guidance_scale: float = DEFAULT_GUIDANCE_SCALE,
+        num_inference_steps: int | None = None,
+        guidance_scale: float | None = None,
         fps: float = DEFAULT_FPS,
         seed: int = 0,
         latents: np.ndarray | None = None,
+        step_noises: Any = None,
         use_system_prompt: bool | None = None,
         add_resolution_template: bool = True,
         add_duration_template: bool = True,
@@ -294,12 +310,17 @@ class Cosmos3Pipeline:
           last_image, video: must be None (no last-frame or video conditioning in vidax's Cosmos3).
           height, width: pixels, multiples of 16 (diffusers' default 720 x 1280).
           num_frames: ``4k + 1`` frames (1: an image; diffusers' default 189).
-          num_inference_steps: sampler steps (35).
-          guidance_scale: classifier-free guidance (6.0); exactly 1: one row per step, no negative prompt.
+          num_inference_steps: sampler steps (None: 35; a distilled folder's: the length of its ``distilled_sigmas``,
+            the only value it accepts).
+          guidance_scale: classifier-free guidance (None: 6.0); exactly 1: one row per step, no negative prompt (a
+            distilled folder: 1, the only value it accepts).
           fps: the rate the model is told (metadata sentence, temporal positions) and the video's (24).
           seed: PRNG seed of the initial noise.
           latents: explicit initial latents float32 ``(1, 48, T', H/16, W/16)``, used as given (image-to-video
             included, as the reference).
+          step_noises: a distilled folder with ``stochastic_sampling`` only: one standard normal float32 array per
+            step, each shaped like ``latents`` (the reference's per-step ``randn_tensor`` draws), instead of vidax's
+            seeded ones.
           use_system_prompt: prepend the system prompt (default: the folder's ``default_use_system_prompt``).
           add_resolution_template, add_duration_template: the metadata sentences.
           output_type: "uint8" frames in [0, 255], or "float" frames in [0, 1].
@@ -311,8 +332,15 @@ class Cosmos3Pipeline:
         Raises:
           ValueError: several prompts, a ``last_image`` or ``video``, an image for one frame, invalid sizes or rate,
             mismatched latents, a bad seed, guidance scale or step count, an unknown output type, too long a prompt;
-            unreadable images (:class:`vidax.core.images.ImageError`).
+            for a distilled folder a step count other than its schedule's, guidance other than 1, a negative prompt,
+            or step noises of the wrong number or shape; unreadable images (:class:`vidax.core.images.ImageError`).
         """
+        distilled = self.ckpt.is_distilled
+        if distilled:
+            check_distilled_call(self.ckpt, num_inference_steps, guidance_scale, negative_prompt)
+            num_inference_steps, guidance_scale = len(self.ckpt.distilled_sigmas), 1.0
+        num_inference_steps = DEFAULT_STEPS if num_inference_steps is None else num_inference_steps
+        guidance_scale = DEFAULT_GUIDANCE_SCALE if guidance_scale is None else guidance_scale
         if last_image is not None or video is not None:
             raise ValueError("vidax's Cosmos3 runs text- and image-to-video: pass image= (the first frame) only")
         check_inputs(height, width, num_frames, fps, output_type)
@@ -338,6 +366,12 @@ class Cosmos3Pipeline:
         if latents is not None and tuple(np.shape(latents)) != shape:
             raise ValueError(f"latents have shape {tuple(np.shape(latents))}, expected {shape} (B, C, T, H, W) for "
                              "these sizes")
+        stochastic = distilled and bool(getattr(self.scheduler, "stochastic_sampling", False))
+        if step_noises is not None:
+            if not stochastic:
+                raise ValueError("step_noises are for a distilled folder whose scheduler sets stochastic_sampling")
+            if len(step_noises) != n or any(tuple(np.shape(e)) != shape for e in step_noises):
+                raise ValueError(f"step_noises must be {n} arrays of shape {shape}, one per step")
         pixels = None
         if image is not None:
             from vidax.models.cosmos3.conditioning import conditioning_pixels
@@ -387,21 +421,28 @@ class Cosmos3Pipeline:
                 noisy_np[:, 0] = 0.0
             noisy = put(noisy_np)
 
+            z0 = None
+            if pixels is not None and (latents is None or distilled):  # (distilled: re-anchored after every step)
+                t1 = time.perf_counter()
+                with progress.stage("VAE encode"):
+                    z0 = put(self.encode_condition(pixels))
+                    jax.block_until_ready(z0)
+                metrics["vae_encode_s"] = time.perf_counter() - t1
             if latents is None:
                 x = jax.random.normal(jax.random.key(seed), shape, jnp.float32)
-                if pixels is not None:
-                    t1 = time.perf_counter()
-                    with progress.stage("VAE encode"):
-                        z0 = self.encode_condition(pixels)
-                        x = x.at[:, :, :1].set(jnp.asarray(z0))
-                        jax.block_until_ready(x)
-                    metrics["vae_encode_s"] = time.perf_counter() - t1
+                if z0 is not None:
+                    x = x.at[:, :, :1].set(jnp.asarray(z0))
             else:
                 x = jnp.asarray(latents, jnp.float32)
             x = put(x)
 
-            state = self.scheduler.set_timesteps(n)
-            model_timesteps = np.asarray(state.model_timesteps, np.float32)
+            if distilled:
+                state = self.scheduler.set_timesteps(sigmas=self.ckpt.distilled_sigmas)
+                model_timesteps = distilled_model_timesteps(state)
+                noise_key = jax.random.fold_in(jax.random.key(seed), 1)
+            else:
+                state = self.scheduler.set_timesteps(n)
+                model_timesteps = np.asarray(state.model_timesteps, np.float32)
             steps = int(state.num_inference_steps)
             rows = len(packed.lengths)
             g = put(np.float32(guidance_scale))
@@ -419,7 +460,16 @@ class Cosmos3Pipeline:
                 for i in range(steps):
                     ts = time.perf_counter()
                     v = step(self.transformer_params, cache, (lengths, x, timestep(i), positions, noisy), (g,))
-                    x, state = self.scheduler.step(state, v, x, i)
+                    if stochastic:
+                        if step_noises is not None:
+                            noise = put(np.asarray(step_noises[i], np.float32))
+                        else:
+                            noise = put(jax.random.normal(jax.random.fold_in(noise_key, i), shape, jnp.float32))
+                        x, state = self.scheduler.step(state, v, x, i, noise=noise)
+                    else:
+                        x, state = self.scheduler.step(state, v, x, i)
+                    if distilled and z0 is not None:
+                        x = x.at[:, :, :1].set(z0)  # the reference's mask * reference + (1 - mask) * latents
                     jax.block_until_ready(x)
                     step_times.append(time.perf_counter() - ts)
                     stage.update()
@@ -444,4 +494,24 @@ class Cosmos3Pipeline:
         return VideoOutput(frames=frames, fps=fps, metrics=metrics, latents=np.asarray(x))
 
 
-__all__ = ["Cosmos3Pipeline", "check_inputs", "guide"]
+def check_distilled_call(ckpt, num_inference_steps: Any, guidance_scale: Any, negative_prompt: Any = None) -> None:
+    """A distilled folder's fixed settings, as diffusers' ``Cosmos3DistilledSetTimestepsStep`` checks them: the step
+    count its ``distilled_sigmas`` fix (or None), guidance 1 (or None: baked into the weights); vidax also refuses a
+    negative prompt (the reference's distilled text step takes none).
+
+    Raises:
+      ValueError: the setting named, with the value it must take.
+    """
+    steps = len(ckpt.distilled_sigmas)
+    if num_inference_steps is not None and num_inference_steps != steps:
+        raise ValueError(f"this is a distilled checkpoint: its step count is fixed by its distilled_sigmas ({steps} "
+                         f"steps); num_inference_steps must be {steps} or left unset (got {num_inference_steps!r})")
+    if guidance_scale is not None and guidance_scale != 1.0:
+        raise ValueError("this is a distilled checkpoint: classifier-free guidance is baked into the weights; "
+                         f"guidance_scale must be 1 or left unset (got {guidance_scale!r})")
+    if negative_prompt:
+        raise ValueError("this is a distilled checkpoint: guidance is baked into the weights, so it takes no "
+                         "negative prompt; leave it out")
+
+
+__all__ = ["Cosmos3Pipeline", "check_distilled_call", "check_inputs", "guide"]
