@@ -143,3 +143,45 @@ def test_bad_inputs(saved):
         encode_text(params, cfg, hs[:, :, :6], mask[:, :6])
     with pytest.raises(ValueError, match="registers"):
         ConnectorsConfig(video_connector_num_learnable_registers=None)
+
+
+# ----------------------------------------------------------------------------- the whole text path
+
+
+def test_text_path_matches_pipeline(tmp_path):
+    """Prompt -> tokenizer -> Gemma 4 hidden states -> features -> connectors, against LTX2Pipeline.encode_prompt
+    and its connectors call (a tokenizer that adds <bos> itself, on which diffusers and upstream agree)."""
+    from diffusers import LTX2Pipeline
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration, PreTrainedTokenizerFast
+
+    from test_gemma import TEXT, _perturb
+    from test_gemma_tokenizer import _write
+    from vidax.encoders.gemma import encode, load_gemma
+    from vidax.encoders.gemma_tokenizer import GemmaTokenizer
+
+    torch.manual_seed(1)
+    gemma = Gemma4UnifiedForConditionalGeneration(Gemma4UnifiedConfig(text_config=dict(TEXT, attention_k_eq_v=True)))
+    gemma.eval()
+    _perturb(gemma)
+    connectors = LTX2TextConnectors(**dict(COMMON, **VARIANTS["v2_split_gated"], caption_channels=32,
+                                           text_proj_in_factor=7)).eval()
+    for name, model in (("text_encoder", gemma), ("connectors", connectors)):
+        model.save_pretrained(tmp_path / name)
+    _write(tmp_path / "tokenizer", adds_bos=True)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tmp_path / "tokenizer")
+    pipe = LTX2Pipeline(scheduler=None, vae=None, audio_vae=None, text_encoder=gemma, tokenizer=tokenizer,
+                        connectors=connectors, transformer=None, vocoder=None)
+    prompts = ["a red fox jumps over the lazy dog in snow at night while bells ring and ring", "snow", ""]
+    with torch.no_grad():
+        embeds, mask, _, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False, max_sequence_length=L * 2,
+                                                device="cpu")
+        ref_v, ref_a, _ = connectors(embeds, mask, padding_side="left")
+    ids, our_mask = GemmaTokenizer.from_folder(tmp_path / "tokenizer")(prompts, L * 2)
+    np.testing.assert_array_equal(our_mask, mask.numpy())
+    assert sorted(our_mask.sum(axis=1)) == [1, 2, L * 2]  # valid lengths 1, 2 and full
+    gparams, gcfg = load_gemma(tmp_path / "text_encoder")
+    cparams, ccfg = load_connectors(tmp_path / "connectors")
+    video, audio, _ = encode_text(cparams, ccfg, encode(gparams, gcfg, ids, our_mask), our_mask)
+    for b in range(len(prompts)):
+        assert _rel(video[b], ref_v[b].numpy()) < 1e-5, b
+        assert _rel(audio[b], ref_a[b].numpy()) < 1e-5, b
