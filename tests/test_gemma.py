@@ -139,3 +139,32 @@ def test_bad_inputs(saved):
         encode(params, cfg, ids + 300, mask)
     with pytest.raises(ValueError, match="num_kv_shared_layers"):
         GemmaConfig.from_dict(dict(TEXT, num_kv_shared_layers=2))
+
+
+def test_flat_release_layout(saved, tmp_path):
+    """LTX-2.5's released text-encoder file keeps the language model flat (``model.layers.*``, upstream
+    ``_flatten_gemma4_unified_keys_for_comfy``) and renames the towers; it loads to the same parameters."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    _, path = saved
+    state = load_file(str(path / "model.safetensors"))
+    flat = {("model." + k.removeprefix("model.language_model.")) if k.startswith("model.language_model.") else k: v
+            for k, v in state.items()}
+    flat["vision_model.patch_embedder.weight"] = np.zeros((2, 2), np.float32)
+    save_file(flat, str(tmp_path / "model.safetensors"))
+    shutil.copy(path / "config.json", tmp_path / "config.json")
+    ours, _ = load_gemma(tmp_path)
+    ref, _ = load_gemma(path)
+    for (ka, a), (kb, b) in zip(sorted(_leaves(ours)), sorted(_leaves(ref))):
+        assert ka == kb
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _leaves(tree, prefix=""):
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, f"{prefix}{k}/")
+        else:
+            yield f"{prefix}{k}", v

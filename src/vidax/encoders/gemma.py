@@ -243,12 +243,14 @@ def gemma_specs(cfg: GemmaConfig) -> SpecTree:
     return specs
 
 
-#: Key prefixes of the language model in the layouts transformers writes (``...ForConditionalGeneration``, its
-#: ``...Model``, the bare text model).
-GEMMA_KEY_PREFIXES = ("model.language_model.", "language_model.", "")
-#: Tensors a text encoder never reads: the LM head, the image / audio embedders of the unified model.
+#: Key prefixes of the language model, most specific first: transformers' ``...ForConditionalGeneration`` (diffusers'
+#: ``text_encoder/``), its ``...Model``, the flat layout of LTX-2.5's released text-encoder file (upstream
+#: ``gemma_assets._flatten_gemma4_unified_keys_for_comfy``: ``model.layers.*``), the bare text model.
+GEMMA_KEY_PREFIXES = ("model.language_model.", "language_model.", "model.", "")
+#: Tensors a text encoder never reads: the LM head and the image / audio embedders of the unified model (under
+#: transformers' names and the flat layout's ``vision_model`` / ``multi_modal_projector`` / ``audio_projector``).
 GEMMA_IGNORED = (r"lm_head\.weight\Z", r"(model\.)?(vision_embedder|embed_vision|embed_audio|vision_tower|"
-                 r"multi_modal_projector|audio_tower)\.")
+                 r"multi_modal_projector|audio_tower)\.", r"(vision_model|multi_modal_projector|audio_projector)\.")
 
 
 def gemma_keymap(cfg: GemmaConfig, prefix: str = "model.language_model.") -> KeyMap:
