@@ -7,8 +7,8 @@ Follows upstream Lightricks/LTX-2 ``ltx-core`` ``text_encoders/gemma/tokenizer.p
 the pad token (the eos token when there is none), mask 0.
 
 diffusers 0.42.1 ``LTX2Pipeline._get_gemma_prompt_embeds`` tokenizes the same way except for the ``<bos>``: it
-relies on ``add_special_tokens=True``, so with a Gemma 4 tokenizer its rows start without one (see
-``docs/design.md``). Upstream is followed.
+relies on ``add_special_tokens=True``, so with a Gemma 4 tokenizer its rows start without one. Upstream is
+followed.
 """
 
 from __future__ import annotations

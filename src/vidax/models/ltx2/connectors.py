@@ -4,8 +4,11 @@ Follows diffusers 0.42.1 ``pipelines/ltx2/connectors.py`` (``LTX2TextConnectors`
 ``LTX2ConnectorTransformer1d``, ``LTX2TransformerBlock1d``, ``LTX2RotaryPosEmbed1d``, ``per_token_rms_norm``,
 ``per_layer_masked_mean_norm``) and upstream Lightricks/LTX-2 ``ltx-core`` ``text_encoders/gemma/``
 (``feature_extractor.py``: ``FeatureExtractorV1`` / ``FeatureExtractorV2``; ``embeddings_processor.py``;
-``embeddings_connector.py``: ``Embeddings1DConnector``). Upstream is the reference where they differ (see
-``docs/design.md``: the normalisation reads the attention mask, not a padding side).
+``embeddings_connector.py``: ``Embeddings1DConnector``). Upstream is the reference where they differ: the
+normalisations read the attention mask (diffusers' LTX-2.0 one rebuilds it from the lengths and a padding side),
+and the rescale is ``sqrt(projection output width / text encoder width)`` (diffusers reads
+``video_hidden_dim`` / ``audio_hidden_dim`` / ``caption_channels`` from its config, the numbers its projections are
+built from, so for a diffusers folder the two agree).
 
 Features (``hidden_states``: every Gemma hidden state, ``(layers, B, L, D)``, :func:`vidax.encoders.gemma.encode`):
 
