@@ -321,9 +321,9 @@ def _forward(params, hidden_states, mask, *, cfg: ConnectorsConfig, attention_im
     impl = AttentionImpl(attention_impl)
     if cfg.per_modality_projections:
         feats = per_token_rms_features(hidden_states, mask)
-        d = cfg.caption_channels
-        video = _project(params["video_text_proj_in"], feats * math.sqrt(cfg.video_hidden_dim / d))
-        audio = _project(params["audio_text_proj_in"], feats * math.sqrt(cfg.audio_hidden_dim / d))
+        # upstream _rescale_norm: sqrt(projection out_features / text encoder hidden_size)
+        video, audio = (_project(params[f"{m}_text_proj_in"], feats * math.sqrt(
+            params[f"{m}_text_proj_in"]["kernel"].shape[-1] / hidden_states.shape[-1])) for m in ("video", "audio"))
     else:
         video = audio = _project(params["text_proj_in"], masked_mean_range_features(hidden_states, mask))
     with jax.named_scope("video_connector"):
