@@ -2,8 +2,10 @@
 valid lengths including 1 and full, left padding), and of the feature normalisation with upstream ltx-core's
 feature extractors (restated below)."""
 
+import dataclasses
 import math
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -185,3 +187,62 @@ def test_text_path_matches_pipeline(tmp_path):
     for b in range(len(prompts)):
         assert _rel(video[b], ref_v[b].numpy()) < 1e-5, b
         assert _rel(audio[b], ref_a[b].numpy()) < 1e-5, b
+
+
+# ----------------------------------------------------------------------------- the release layout
+
+
+def _to_release(key):
+    # diffusers scripts/convert_ltx2_to_diffusers.py LTX_2_0_TEXT_ENCODER_RENAME_DICT, inverted, plus the release's
+    # prefixes (ltx-core EMBEDDINGS_PROCESSOR_KEY_OPS).
+    for theirs, ours in (("video_embeddings_connector", "video_connector"),
+                         ("audio_embeddings_connector", "audio_connector"),
+                         ("transformer_1d_blocks", "transformer_blocks"), ("q_norm", "norm_q"), ("k_norm", "norm_k")):
+        key = key.replace(ours, theirs)
+    if key.startswith(("video_embeddings_connector", "audio_embeddings_connector")):
+        return "model.diffusion_model." + key
+    for ours, theirs in (("video_text_proj_in", "video_aggregate_embed"),
+                         ("audio_text_proj_in", "audio_aggregate_embed"), ("text_proj_in", "aggregate_embed")):
+        if key.startswith(ours + "."):
+            return "text_embedding_projection." + theirs + key[len(ours):]
+    raise AssertionError(key)
+
+
+@pytest.mark.parametrize("variant", ["v2_split_gated"])
+def test_release_layout(tmp_path, variant):
+    """The connectors inside a release checkpoint (upstream names, among the transformer's tensors) load to the same
+    parameters, with the configuration read from the release metadata as upstream reads it."""
+    from safetensors.torch import save_file
+
+    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.reader import CheckpointReader
+    from vidax.models.ltx2.connectors import connectors_release_keymap, connectors_specs
+
+    torch.manual_seed(3)
+    model = LTX2TextConnectors(**COMMON, **VARIANTS[variant])
+    model.save_pretrained(tmp_path / "diffusers")
+    state = {_to_release(k): v.contiguous() for k, v in model.state_dict().items()}
+    state["model.diffusion_model.patchify_proj.weight"] = torch.zeros(2, 2)  # a transformer tensor, not ours
+    save_file(state, str(tmp_path / "release.safetensors"))
+    # The metadata's transformer config, as a V2 (LTX-2.3 / 2.5) release writes it.
+    transformer = dict(num_attention_heads=3, attention_head_dim=8, audio_num_attention_heads=2,
+                       audio_attention_head_dim=8, connector_num_attention_heads=3, connector_attention_head_dim=8,
+                       connector_num_layers=2, audio_connector_num_attention_heads=2,
+                       audio_connector_attention_head_dim=8, audio_connector_num_layers=2,
+                       connector_positional_embedding_max_pos=[L], rope_type="split", frequencies_precision="float64",
+                       connector_apply_gated_attention=True, caption_proj_before_connector=True,
+                       caption_projection_first_linear=False, caption_proj_input_norm=False,
+                       caption_projection_second_linear=False)
+    cfg = ConnectorsConfig.from_release(transformer, D, LAYERS - 1)
+    ref, ref_cfg = load_connectors(tmp_path / "diffusers")
+    assert cfg == dataclasses.replace(ref_cfg, video_connector_num_learnable_registers=128,
+                                      audio_connector_num_learnable_registers=128)
+    # upstream always builds 128 registers; the tiny checkpoint has REGS
+    cfg = dataclasses.replace(cfg, video_connector_num_learnable_registers=REGS,
+                              audio_connector_num_learnable_registers=REGS)
+    ours = load_params(CheckpointReader(tmp_path / "release.safetensors"), connectors_release_keymap(cfg),
+                       connectors_specs(cfg))
+    flat_ours, flat_ref = jax.tree_util.tree_leaves_with_path(ours), jax.tree_util.tree_leaves_with_path(ref)
+    assert [p for p, _ in flat_ours] == [p for p, _ in flat_ref]
+    for (_, a), (_, b) in zip(flat_ours, flat_ref):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -123,6 +123,51 @@ class ConnectorsConfig:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in config.items() if k in names})
 
+    @classmethod
+    def from_release(cls, transformer: dict[str, Any], text_hidden_size: int, text_num_layers: int) -> ConnectorsConfig:
+        """Build from a release checkpoint's metadata, as upstream ltx-core builds its ``EmbeddingsProcessor``
+        (``Embeddings1DConnectorConfigurator``, ``AudioEmbeddings1DConnectorConfigurator``,
+        ``_create_feature_extractor``).
+
+        Args:
+          transformer: the ``config["transformer"]`` dict of the file's ``config`` metadata.
+          text_hidden_size, text_num_layers: the Gemma text config's ``hidden_size`` and ``num_hidden_layers``.
+
+        Raises:
+          ValueError: a setting diffusers' connectors cannot express (``connector_ff_bias`` false, a multi-axis
+            ``connector_positional_embedding_max_pos``, a partial V2 configuration), named.
+        """
+        t = transformer
+        v2_keys = {"caption_proj_before_connector": True, "caption_projection_first_linear": False,
+                   "caption_proj_input_norm": False, "caption_projection_second_linear": False}
+        present = {k for k in v2_keys if k in t}
+        if present and (present != set(v2_keys) or any(t[k] != v2_keys[k] for k in v2_keys)):
+            raise ValueError(f"release connectors: unknown feature-extractor configuration "
+                             f"{ {k: t.get(k) for k in v2_keys} }")
+        if not t.get("connector_ff_bias", True):
+            raise ValueError("release connectors: connector_ff_bias=false is not supported")
+        max_pos = list(t.get("connector_positional_embedding_max_pos", [1]))
+        if len(max_pos) != 1:
+            raise ValueError(f"release connectors: connector_positional_embedding_max_pos {max_pos} is not 1D")
+        gated = bool(t.get("connector_apply_gated_attention", False))
+        video = {"heads": t.get("connector_num_attention_heads", 30), "dim": t.get("connector_attention_head_dim", 128),
+                 "layers": t.get("connector_num_layers", 2)}
+        audio = {"heads": t.get("audio_connector_num_attention_heads", video["heads"]),
+                 "dim": t.get("audio_connector_attention_head_dim", video["dim"]),
+                 "layers": t.get("audio_connector_num_layers", video["layers"])}
+        kw = dict(caption_channels=int(text_hidden_size), text_proj_in_factor=int(text_num_layers) + 1,
+                  connector_rope_base_seq_len=int(max_pos[0]), rope_theta=10000.0,
+                  rope_double_precision=t.get("frequencies_precision", False) == "float64",
+                  rope_type=str(t.get("rope_type", "split")), per_modality_projections=bool(present),
+                  video_gated_attn=gated, audio_gated_attn=gated, proj_bias=bool(present))
+        for m, c in (("video", video), ("audio", audio)):
+            kw.update({f"{m}_connector_num_attention_heads": c["heads"], f"{m}_connector_attention_head_dim": c["dim"],
+                       f"{m}_connector_num_layers": c["layers"], f"{m}_connector_num_learnable_registers": 128})
+        if present:
+            kw["video_hidden_dim"] = t["num_attention_heads"] * t["attention_head_dim"]
+            kw["audio_hidden_dim"] = t["audio_num_attention_heads"] * t["audio_attention_head_dim"]
+        return cls(**kw)
+
 
 # --------------------------------------------------------------------------- parameters
 
@@ -176,6 +221,34 @@ def connectors_keymap(cfg: ConnectorsConfig) -> KeyMap:
         groups.append(linear_rules(f"{b}.ff.net.0.proj", f"{c}/blocks/ff/proj_in"))
         groups.append(linear_rules(f"{b}.ff.net.2", f"{c}/blocks/ff/proj_out"))
     return KeyMap(rules(*groups))
+
+
+#: Upstream names (release checkpoint, ltx-core ``EMBEDDINGS_PROCESSOR_KEY_OPS``) of the projections.
+RELEASE_PROJECTIONS = {"text_proj_in": "text_embedding_projection.aggregate_embed",
+                       "video_text_proj_in": "text_embedding_projection.video_aggregate_embed",
+                       "audio_text_proj_in": "text_embedding_projection.audio_aggregate_embed"}
+
+
+def connectors_release_keymap(cfg: ConnectorsConfig) -> KeyMap:
+    """Key map of the connectors inside a release checkpoint (upstream names: ``text_embedding_projection.*``,
+    ``model.diffusion_model.{video,audio}_embeddings_connector.transformer_1d_blocks.{i}.attn1.{q,k}_norm`` ...;
+    diffusers' ``scripts/convert_ltx2_to_diffusers.py`` renames them). Every other tensor of the file (the
+    transformer's) is ignored: the map is strict about the connectors' own parameters only."""
+    ours = connectors_keymap(cfg)
+    out = []
+    for r in ours.rules:
+        key = r.key
+        for name, theirs in RELEASE_PROJECTIONS.items():
+            if key.startswith(f"{name}."):
+                key = theirs + key[len(name):]
+        for m in ("video", "audio"):
+            if key.startswith(f"{m}_connector."):
+                key = f"model.diffusion_model.{m}_embeddings_connector." + key[len(f"{m}_connector."):]
+        for ours_name, theirs in ((".transformer_blocks.", ".transformer_1d_blocks."),
+                                  (".attn1.norm_q.", ".attn1.q_norm."), (".attn1.norm_k.", ".attn1.k_norm.")):
+            key = key.replace(ours_name, theirs)
+        out.append(Rule(key, r.path, r.layout))
+    return KeyMap(out, ignore=[r".*"])
 
 
 def load_connectors(folder: str | Path, dtype: Any = np.float32, **load_kwargs) -> tuple[dict, ConnectorsConfig]:
