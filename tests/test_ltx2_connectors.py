@@ -246,3 +246,14 @@ def test_release_layout(tmp_path, variant):
     assert [p for p, _ in flat_ours] == [p for p, _ in flat_ref]
     for (_, a), (_, b) in zip(flat_ours, flat_ref):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_bfloat16_weights(saved):
+    model, path = saved
+    params, cfg = load_connectors(path, dtype="bfloat16")
+    assert params["video_connector"]["blocks"]["attn1"]["to_q"]["kernel"].dtype == "bfloat16"
+    assert params["video_connector"]["blocks"]["attn1"]["norm_q"]["scale"].dtype == np.float32
+    hs, mask = _inputs()
+    ref_v, ref_a, _ = _diffusers(model, hs, mask)  # the float32 reference
+    video, audio, _ = encode_text(params, cfg, hs, mask)
+    assert _rel(video, ref_v) < 1e-2 and _rel(audio, ref_a) < 1e-2, (_rel(video, ref_v), _rel(audio, ref_a))
