@@ -168,3 +168,19 @@ def _leaves(tree, prefix=""):
             yield from _leaves(v, f"{prefix}{k}/")
         else:
             yield f"{prefix}{k}", v
+
+
+@pytest.mark.parametrize("k_eq_v", [True, False])
+def test_config_forms(k_eq_v):
+    """gemma-4-12B's config.json (written by transformers 5.10: global_head_dim / num_global_key_value_heads keys)
+    and transformers 5.24's own serialisation of it (per_layer_config) give the same architecture."""
+    legacy = dict(TEXT, model_type="gemma4_unified_text", attention_k_eq_v=k_eq_v, enable_moe_block=False,
+                  num_experts=None, hidden_size_per_layer_input=0, final_logit_softcapping=30.0)
+    text = Gemma4UnifiedConfig(text_config={k: v for k, v in legacy.items()
+                                            if k not in ("enable_moe_block", "num_experts",
+                                                         "hidden_size_per_layer_input")}).to_dict()
+    a, b = GemmaConfig.from_dict({"model_type": "gemma4_unified", "text_config": legacy}), GemmaConfig.from_dict(text)
+    assert a == b
+    assert (a.head("full_attention"), a.kv_heads("full_attention")) == (16, 1 if k_eq_v else 2)
+    with pytest.raises(ValueError, match="enable_moe_block"):
+        GemmaConfig.from_dict(dict(legacy, enable_moe_block=True))

@@ -162,7 +162,8 @@ class GemmaConfig:
             config = config.get("text_config") or {}
         if config.get("model_type") not in (None, "gemma4_unified_text"):
             raise ValueError(f"GemmaConfig: model_type {config.get('model_type')!r} is not Gemma 4 unified text")
-        for key, ok in (("num_kv_shared_layers", 0), ("use_double_wide_mlp", False)):
+        for key, ok in (("num_kv_shared_layers", 0), ("use_double_wide_mlp", False), ("enable_moe_block", False),
+                        ("num_experts", 0), ("hidden_size_per_layer_input", 0)):
             if config.get(key, ok) not in (ok, None):
                 raise ValueError(f"GemmaConfig: {key}={config[key]!r} is not supported")
         if config.get("use_bidirectional_attention") == "all":
@@ -189,7 +190,10 @@ class GemmaConfig:
                 str(k) not in {str(i) for i in full} for k in per_layer):
             raise ValueError(f"GemmaConfig: per_layer_config {per_layer!r} is not supported")
         kw["global_head_dim"] = over.get("head_dim", config.get("global_head_dim", 512))
-        kw["num_global_key_value_heads"] = over.get("num_key_value_heads", config.get("num_global_key_value_heads"))
+        # Older configs (transformers < 5.2x, e.g. gemma-4-12B's) give the constructor keys; transformers applies
+        # num_global_key_value_heads only with attention_k_eq_v.
+        k_eq_v_heads = config.get("num_global_key_value_heads") if config.get("attention_k_eq_v") else None
+        kw["num_global_key_value_heads"] = over.get("num_key_value_heads", None if over else k_eq_v_heads)
         rope_cfg = config.get("rope_parameters") or {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6}}
