@@ -315,3 +315,38 @@ def test_strict_loading_names_missing_and_unexpected_keys(tmp_path_factory):
     assert "layers.1.self_attn.k_norm_und_for_gen" in message or "k_norm_und_for_gen" in message
     assert "layers.0.self_attn.norm_q.weight" in message
     assert "audio_proj_in" not in message
+
+
+@pytest.mark.parametrize("impl", ["chunked", "cpu_flash"])
+def test_attention_kernels_take_the_gen_keys_as_lengths(impl, tmp_path_factory):
+    """The gen attention's prompt padding is a key length (``N + lengths``): a kernel without a mask input gives the
+    reference's result for a right-padded batch (the und prefill's causal bias falls back to ``chunked`` where a
+    kernel has no bias input)."""
+    from vidax.core.attention import cpu_flash_isa
+
+    if impl == "cpu_flash" and cpu_flash_isa() is None:
+        pytest.skip("the native cpu_flash module is not built")
+    model, _, loaded = _saved("nano", tmp_path_factory)
+    prompts = [_prompt(9, 5), _prompt(4, 6)]
+    latents = _latents(7)
+    ids, text_pos, lengths, lat, vision_pos, noisy = _batch("nano", prompts, latents, [1, 2])
+    cache = und_prefill(loaded.params, loaded.cfg, ids, text_pos, lengths)
+    out = np.asarray(gen_forward(loaded.params, loaded.cfg, cache, lengths, lat, np.full((2,), 500.0, np.float32),
+                                 vision_pos, noisy, attention_impl=impl))
+    for i, p in enumerate(prompts):
+        assert _rel(out[i:i + 1], _reference(model, "nano", p, latents, 500.0, [1, 2])) < 1e-5
+
+
+def test_bad_input_shapes_are_named_before_tracing(tmp_path_factory):
+    _, _, loaded = _saved("nano", tmp_path_factory)
+    ids, text_pos, lengths, lat, vision_pos, noisy = _batch("nano", [_prompt(5, 1)], _latents(), [1, 2])
+    with pytest.raises(ValueError, match=r"position_ids shape \(1, 3, 4\) \(expected \(1, 3, 5\)\)"):
+        und_prefill(loaded.params, loaded.cfg, ids, text_pos[:, :, :4], lengths)
+    cache = und_prefill(loaded.params, loaded.cfg, ids, text_pos, lengths)
+    t = np.full((1,), 10.0, np.float32)
+    with pytest.raises(ValueError, match=r"position_ids shape \(1, 3, 26\) \(expected \(1, 3, 27\)"):
+        gen_forward(loaded.params, loaded.cfg, cache, lengths, lat, t, vision_pos[:, :, :26], noisy)
+    with pytest.raises(ValueError, match=r"noisy shape \(1, 2\)"):
+        gen_forward(loaded.params, loaded.cfg, cache, lengths, lat, t, vision_pos, noisy[:, :2])
+    with pytest.raises(ValueError, match="latents have 3 channels"):
+        gen_forward(loaded.params, loaded.cfg, cache, lengths, lat[:, :3], t, vision_pos, noisy)

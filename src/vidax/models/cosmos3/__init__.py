@@ -1,1 +1,1 @@
-"""Cosmos3 (Nano and Edge): the omnimodal Mixture-of-Transformers video generator (diffusers ``Cosmos3OmniPipeline``)."""
+"""Cosmos3 (Nano and Edge): the omnimodal Mixture-of-Transformers video generator (``Cosmos3OmniPipeline``)."""

@@ -25,8 +25,9 @@ latent ch. / patch         48 / 2 (192)         48 / 2 (192)
 sound / action heads       yes / yes            no / yes
 =========================  ===================  =====================
 
-Each layer holds both streams' weights, so a release's parameters are about twice its backbone's (Nano: 2 x 8B-class
-layers; the paper's counts may count both).
+Each layer holds both streams' weights, so a release has about twice its backbone's layer parameters: counted from
+:func:`vidax.models.cosmos3.transformer.transformer_specs` (video generation: no ``lm_head``, sound or action heads),
+Nano 14.53 billion, Edge 3.09 billion (the paper's counts may count otherwise).
 
 Sound and action generation (``sound_gen``, ``action_gen`` and their sizes) are accepted and kept for
 :meth:`Cosmos3TransformerConfig.to_dict`, but vidax generates video only: their heads' weights are ignored by name at

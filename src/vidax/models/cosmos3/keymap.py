@@ -4,11 +4,11 @@ Both maps fill the spec tree of :func:`vidax.models.cosmos3.transformer.transfor
 module names with linear weights as ``kernel`` (transposed), norm weights as ``scale`` and ``embed_tokens.weight`` as
 ``embed_tokens/embedding``.
 
-The release layout is the state of NVIDIA's Cosmos3 network before diffusers' ``scripts/convert_cosmos3_to_diffusers.py``
-(huggingface/diffusers) re-keys it: the language model's state dict (a Qwen3-VL / Nemotron text model: its stack under
-``model.``, ``lm_head`` beside it) and the network's ``vae2llm``, ``llm2vae`` and ``time_embedder`` modules. The
-converter strips the leading ``model.``, renames the attention's modules (first match wins, the ``*_moe_gen`` ones
-first) and maps the three modules:
+The release layout is the state of NVIDIA's Cosmos3 network before diffusers'
+``scripts/convert_cosmos3_to_diffusers.py`` (huggingface/diffusers) re-keys it: the language model's state dict (a
+Qwen3-VL / Nemotron text model: its stack under ``model.``, ``lm_head`` beside it) and the network's ``vae2llm``,
+``llm2vae`` and ``time_embedder`` modules. The converter strips the leading ``model.``, renames the attention's modules
+(first match wins, the ``*_moe_gen`` ones first) and maps the three modules:
 
 ==============================================  ==========================================
 release                                         diffusers

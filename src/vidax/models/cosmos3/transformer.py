@@ -55,12 +55,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidax.core.attention import AttentionImpl, attention
+from jax.sharding import Mesh, NamedSharding
+
+from vidax.core.attention import AttentionImpl, attention, is_kernel
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import linear
-from vidax.core.parallel import ShardContext
+from vidax.core.parallel import ShardContext, padded_length, sequence_mode
 from vidax.core.params import ParamSpec, SpecTree, linear_spec
+from vidax.core.sharding import ShardingRules, axis_size
 from vidax.models.cosmos3.config import Cosmos3TransformerConfig
+from vidax.models.cosmos3.sharding import COSMOS3_RULES, check_parallel, io_specs
 
 #: The stacked layers' parameter subtree.
 STACK = "layers"
@@ -350,22 +354,53 @@ def gen_layer(p: dict, x: jax.Array, k_und: jax.Array, v_und: jax.Array, cos: ja
     v = _heads(a["add_v_proj"], h, hd).astype(dtype)
     q, k = apply_rope(q, cos, sin).astype(dtype), apply_rope(k, cos, sin).astype(dtype)
     groups = cfg.num_key_value_groups
-    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
-    k_und, v_und = _repeat_kv(k_und.astype(dtype), groups), _repeat_kv(v_und.astype(dtype), groups)
+    fold = groups > 1 and _can_fold(k.shape[2], par)
+    if not fold:
+        k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+        k_und, v_und = _repeat_kv(k_und, groups), _repeat_kv(v_und, groups)
     q, k, v = par.to_attention(q, k, v)
-    k_und, v_und = _local_heads(k_und, par), _local_heads(v_und, par)
+    k_und, v_und = _local_heads(k_und.astype(dtype), par), _local_heads(v_und.astype(dtype), par)
     n = k.shape[1] if num_valid is None else num_valid
     keys = jnp.concatenate([k[:, :n], k_und, k[:, n:]], axis=1)
     values = jnp.concatenate([v[:, :n], v_und, v[:, n:]], axis=1)
-    o = par.from_attention(attention(q, keys, values, implementation=impl, kv_lengths=kv_lengths))
+    if fold:
+        o = unfold_groups(attention(fold_groups(q, groups), keys, values, implementation=impl,
+                                    kv_lengths=kv_lengths), groups)
+    else:
+        o = attention(q, keys, values, implementation=impl, kv_lengths=kv_lengths)
+    o = par.from_attention(o)
     b, s = x.shape[:2]
     x = x + par.row_linear(a["to_add_out"], o.reshape(b, s, -1), jnp.float32)
     return x + mlp(p["mlp_moe_gen"], rms_norm(p["post_attention_layernorm_moe_gen"], x, cfg), cfg, par)
 
 
+def fold_groups(q: jax.Array, groups: int) -> jax.Array:
+    """Grouped-query attention without repeating keys and values: the ``groups`` query heads that read one key/value
+    head become ``groups`` times as many queries of that head, ``(B, S, KV groups, D) -> (B, S groups, KV, D)``
+    (query head ``j groups + g`` at position ``s`` is query ``s groups + g`` of head ``j``). Attention rows are
+    independent, so this is exact; :func:`unfold_groups` is its inverse on the output."""
+    b, s, h, d = q.shape
+    return q.reshape(b, s, h // groups, groups, d).swapaxes(2, 3).reshape(b, s * groups, h // groups, d)
+
+
+def unfold_groups(o: jax.Array, groups: int) -> jax.Array:
+    """Inverse of :func:`fold_groups`: ``(B, S groups, KV, D) -> (B, S, KV groups, D)``."""
+    b, sg, kv, d = o.shape
+    return o.reshape(b, sg // groups, groups, kv, d).swapaxes(2, 3).reshape(b, sg // groups, kv * groups, d)
+
+
+def _can_fold(kv_heads: int, par: ShardContext) -> bool:
+    """Whether the gen attention can keep its key/value heads unrepeated (:func:`fold_groups`): on one sequence
+    shard, with keys and values all-gathered, or where Ulysses can split the key/value heads over sp too (a
+    sequence shard then holds whole groups: its query heads are exactly those of its key/value heads)."""
+    if par.sequence is None or not par.ulysses:
+        return True
+    return kv_heads % jax.lax.axis_size(par.sequence) == 0
+
+
 def _local_heads(x: jax.Array, par: ShardContext) -> jax.Array:
     """The und cache's heads this shard attends with: all of its tensor shard's heads, or (Ulysses) this sequence
-    shard's slice of them (the gen queries' heads after ``seq_to_heads``)."""
+    shard's slice of them (the heads ``seq_to_heads`` gave it: query heads, or key/value heads when folded)."""
     if par.sequence is None or not par.ulysses:
         return x
     sp = jax.lax.axis_size(par.sequence)
@@ -430,43 +465,74 @@ def und_embed(params: dict, cfg: Cosmos3TransformerConfig, input_ids: jax.Array,
 
 def run_und_layers(layers: dict, x: jax.Array, cos: jax.Array, sin: jax.Array, lengths: jax.Array, *,
                    cfg: Cosmos3TransformerConfig, attention_impl: AttentionImpl | str = AttentionImpl.XLA,
-                   par: ShardContext = ShardContext()) -> tuple[jax.Array, UndCache]:
-    """The und stream's layers (all, or a chunk) under ``lax.scan``: ``(x, UndCache of these layers)``."""
+                   mesh: Mesh | None = None, rules: ShardingRules = COSMOS3_RULES) -> tuple[jax.Array, UndCache]:
+    """The und stream's layers (all, or a chunk: stacked parameters, any leading length) under ``lax.scan``.
+
+    On a mesh the scan runs inside one ``shard_map``: prompts over ``data``, heads and MLP width over ``tensor``
+    (replicated over ``sequence``: the prompt is short and computed once).
+
+    Args:
+      layers: stacked layer parameters (the und weights are read; the gen weights may be present).
+      x: float32 ``(B, L, hidden)``; cos, sin: ``(B, L, head_dim)``; lengths: int32 ``(B,)``.
+
+    Returns:
+      ``(x, UndCache)`` of these layers; on a mesh the cache is sharded ``(layers, data, None, tensor, None)``.
+    """
     impl = AttentionImpl(attention_impl)
-    bias = causal_bias(x.shape[1])
+    layers = stream_layers(layers, "und")
 
-    def body(x, p):
-        return und_layer(p, x, cos, sin, lengths, bias, cfg, impl, par)
+    def scan(layers, x, cos, sin, lengths, par):
+        bias = causal_bias(x.shape[1])
 
-    x, (k, v) = jax.lax.scan(body, x, stream_layers(layers, "und"))
-    return x, UndCache(k, v)
+        def body(x, p):
+            return und_layer(p, x, cos, sin, lengths, bias, cfg, impl, par)
+
+        x, (k, v) = jax.lax.scan(body, x, layers)
+        return x, UndCache(k, v)
+
+    if mesh is None:
+        return scan(layers, x, cos, sin, lengths, ShardContext())
+    check_parallel(cfg, mesh, rules)
+    io = io_specs(rules)
+    par = ShardContext(tensor=rules.mesh_axes("heads"))
+    specs = rules.param_specs(stream_layers(transformer_specs(cfg)[STACK], "und"))
+    fn = jax.shard_map(partial(scan, par=par), mesh=mesh,
+                       in_specs=(specs, io["und"], io["und_table"], io["und_table"], io["lengths"]),
+                       out_specs=(io["und"], UndCache(io["cache"], io["cache"])), check_vma=not is_kernel(impl))
+    return fn(layers, x, cos, sin, lengths)
 
 
-@partial(jax.jit, static_argnames=("cfg", "attention_impl"))
+@partial(jax.jit, static_argnames=("cfg", "attention_impl", "mesh", "rules"))
 def und_prefill(params: dict, cfg: Cosmos3TransformerConfig, input_ids: jax.Array, position_ids: jax.Array,
-                lengths: jax.Array, *, attention_impl: AttentionImpl | str = AttentionImpl.XLA) -> UndCache:
+                lengths: jax.Array, *, attention_impl: AttentionImpl | str = AttentionImpl.XLA,
+                mesh: Mesh | None = None, rules: ShardingRules = COSMOS3_RULES) -> UndCache:
     """Run the und stream over the prompts once and keep what the gen stream reads of it.
 
     Args:
       params: parameters of :func:`transformer_specs` (only ``embed_tokens`` and the und weights are read).
       cfg: static configuration.
-      input_ids: int32 ``(B, L)`` token ids, right-padded.
+      input_ids: int32 ``(B, L)`` token ids, right-padded (ids outside ``[0, vocab_size)`` are clipped inside the
+        program, where they cannot raise; the tokenizer gives none, and the pipeline checks them).
       position_ids: float32 ``(B, 3, L)`` mRoPE positions (the pipeline's ``get_3d_mrope_ids_text_tokens``:
         ``arange(L)`` on all three rows).
       lengths: int32 ``(B,)`` valid tokens per prompt (1..L).
       attention_impl: :class:`vidax.core.attention.AttentionImpl` (the causal mask is a score bias).
+      mesh, rules: static; ``mesh`` None runs on one device (:mod:`vidax.models.cosmos3.sharding`).
 
     Returns:
-      :class:`UndCache` in the weights' compute dtype.
+      :class:`UndCache` in the weights' compute dtype (on a mesh: key/value heads over ``tensor``, prompts over
+      ``data``).
 
     Raises:
-      ValueError: inputs of inconsistent shapes.
+      ValueError: inputs of inconsistent shapes; a mesh the model cannot use.
     """
     _check_und_inputs(cfg, input_ids, position_ids, lengths)
+    check_parallel(cfg, mesh, rules, input_ids.shape[0])
     x, (cos, sin) = und_embed(params, cfg, input_ids, position_ids)
     lengths = jnp.asarray(lengths, jnp.int32)
     with jax.named_scope("und_layers"):
-        _, cache = run_und_layers(params[STACK], x, cos, sin, lengths, cfg=cfg, attention_impl=attention_impl)
+        _, cache = run_und_layers(params[STACK], x, cos, sin, lengths, cfg=cfg, attention_impl=attention_impl,
+                                  mesh=mesh, rules=rules)
     return cache
 
 
@@ -541,16 +607,47 @@ def gen_prologue(params: dict, cfg: Cosmos3TransformerConfig, lengths: jax.Array
 
 def run_gen_layers(layers: dict, cache: UndCache, x: jax.Array, inputs: GenInputs, *,
                    cfg: Cosmos3TransformerConfig, attention_impl: AttentionImpl | str = AttentionImpl.XLA,
-                   par: ShardContext = ShardContext(), num_valid: int | None = None) -> jax.Array:
-    """The gen stream's layers (all, or a chunk, with the matching cache layers) under ``lax.scan``."""
+                   num_valid: int | None = None, mesh: Mesh | None = None,
+                   rules: ShardingRules = COSMOS3_RULES) -> jax.Array:
+    """The gen stream's layers (all, or a chunk, with the matching cache layers) under ``lax.scan``.
+
+    On a mesh the scan runs inside one ``shard_map`` over every mesh axis: batch over ``data``, the vision tokens
+    over ``sequence`` (Ulysses, or key/value all-gather where sp does not divide the heads per tensor shard), heads,
+    key/value heads (and the und cache's) and MLP width over ``tensor``.
+
+    Args:
+      layers: stacked layer parameters (the gen weights are read); cache: the matching :class:`UndCache` layers.
+      x: float32 ``(B, N_pad, hidden)`` (from :func:`gen_prologue`); inputs: :class:`GenInputs`.
+      num_valid: the real vision tokens ``N`` when ``N_pad > N``.
+
+    Returns:
+      float32 ``(B, N_pad, hidden)``; on a mesh sharded ``(data, sequence, None)``.
+    """
     impl = AttentionImpl(attention_impl)
+    layers = stream_layers(layers, "gen")
 
-    def body(x, pkv):
-        p, k_und, v_und = pkv
-        return gen_layer(p, x, k_und, v_und, inputs.cos, inputs.sin, inputs.kv_lengths, cfg, impl, par,
-                         num_valid), None
+    def scan(layers, cache, x, inputs, par):
+        def body(x, pkv):
+            p, k_und, v_und = pkv
+            return gen_layer(p, x, k_und, v_und, inputs.cos, inputs.sin, inputs.kv_lengths, cfg, impl, par,
+                             num_valid), None
 
-    return jax.lax.scan(body, x, (stream_layers(layers, "gen"), cache.k, cache.v))[0]
+        return jax.lax.scan(body, x, (layers, cache.k, cache.v))[0]
+
+    if mesh is None:
+        return scan(layers, cache, x, inputs, ShardContext())
+    check_parallel(cfg, mesh, rules)
+    tp = axis_size(mesh, rules.mesh_axes("heads"))
+    sp = axis_size(mesh, rules.mesh_axes("tokens"))
+    ulysses = sequence_mode(cfg.num_attention_heads // tp, sp) == "ulysses"
+    par = ShardContext(tensor=rules.mesh_axes("heads"), sequence=rules.mesh_axes("tokens"), ulysses=ulysses)
+    io = io_specs(rules)
+    specs = rules.param_specs(stream_layers(transformer_specs(cfg)[STACK], "gen"))
+    in_specs = (specs, UndCache(io["cache"], io["cache"]), io["stream"],
+                GenInputs(io["table"], io["table"], io["lengths"]))
+    fn = jax.shard_map(partial(scan, par=par), mesh=mesh, in_specs=in_specs, out_specs=io["stream"],
+                       check_vma=not is_kernel(impl))
+    return fn(layers, cache, x, inputs)
 
 
 def gen_epilogue(params: dict, cfg: Cosmos3TransformerConfig, x: jax.Array, latent_shape: tuple[int, ...],
@@ -564,10 +661,11 @@ def gen_epilogue(params: dict, cfg: Cosmos3TransformerConfig, x: jax.Array, late
     return jnp.where(keep, out, 0.0)
 
 
-@partial(jax.jit, static_argnames=("cfg", "attention_impl"))
+@partial(jax.jit, static_argnames=("cfg", "attention_impl", "mesh", "rules"))
 def gen_forward(params: dict, cfg: Cosmos3TransformerConfig, cache: UndCache, lengths: jax.Array,
                 latents: jax.Array, timestep: jax.Array, position_ids: jax.Array, noisy: jax.Array, *,
-                attention_impl: AttentionImpl | str = AttentionImpl.XLA) -> jax.Array:
+                attention_impl: AttentionImpl | str = AttentionImpl.XLA, mesh: Mesh | None = None,
+                rules: ShardingRules = COSMOS3_RULES) -> jax.Array:
     """Predict the flow velocity of the vision latents, reading the prompts' und cache
     (``Cosmos3OmniTransformer.forward``'s vision output for the pipeline's packing: one text segment then one
     vision segment per sample).
@@ -583,33 +681,59 @@ def gen_forward(params: dict, cfg: Cosmos3TransformerConfig, cache: UndCache, le
         (the pipeline's ``get_3d_mrope_ids_vae_tokens``).
       noisy: float32 ``(B, T)``: 1 on noisy latent frames, 0 on conditioning frames.
       attention_impl: :class:`vidax.core.attention.AttentionImpl`.
+      mesh, rules: static; ``mesh`` None runs on one device (:mod:`vidax.models.cosmos3.sharding`).
 
     Returns:
       float32 ``(B, latent_channel, T, H, W)``, zeros on the conditioning frames.
 
     Raises:
-      ValueError: inputs of inconsistent shapes (:func:`check_gen_inputs`).
+      ValueError: inputs of inconsistent shapes (:func:`check_gen_inputs`); a mesh the model cannot use.
     """
     check_gen_inputs(cfg, cache.k.shape, jnp.shape(lengths), latents.shape, jnp.shape(timestep),
                      jnp.shape(position_ids), jnp.shape(noisy))
-    x, inputs = gen_prologue(params, cfg, lengths, latents, timestep, position_ids, noisy)
+    check_parallel(cfg, mesh, rules, latents.shape[0])
+    x, inputs, n = gen_prologue_sharded(params, cfg, lengths, latents, timestep, position_ids, noisy, mesh, rules)
     with jax.named_scope("gen_layers"):
-        x = run_gen_layers(params[STACK], cache, x, inputs, cfg=cfg, attention_impl=attention_impl)
+        x = run_gen_layers(params[STACK], cache, x, inputs, cfg=cfg, attention_impl=attention_impl, num_valid=n,
+                           mesh=mesh, rules=rules)
     return gen_epilogue(params, cfg, x, latents.shape, noisy)
+
+
+def gen_prologue_sharded(params: dict, cfg: Cosmos3TransformerConfig, lengths, latents, timestep, position_ids,
+                         noisy, mesh: Mesh | None = None,
+                         rules: ShardingRules = COSMOS3_RULES) -> tuple[jax.Array, GenInputs, int]:
+    """:func:`gen_prologue` with the stream padded to a multiple of sp and constrained to the layers' shardings:
+    ``(x, inputs, N)``."""
+    n = num_tokens(cfg, latents.shape)
+    n_pad = padded_length(n, axis_size(mesh, rules.mesh_axes("tokens")))
+    x, inputs = gen_prologue(params, cfg, lengths, latents, timestep, position_ids, noisy, n_pad)
+    if mesh is not None:
+        io = io_specs(rules)
+
+        def put(a, spec):
+            return jax.lax.with_sharding_constraint(a, NamedSharding(mesh, spec))
+
+        x = put(x, io["stream"])
+        inputs = GenInputs(put(inputs.cos, io["table"]), put(inputs.sin, io["table"]),
+                           put(inputs.kv_lengths, io["lengths"]))
+    return x, inputs, n
 
 
 def forward(params: dict, cfg: Cosmos3TransformerConfig, input_ids: jax.Array, text_position_ids: jax.Array,
             lengths: jax.Array, latents: jax.Array, timestep: jax.Array, position_ids: jax.Array, noisy: jax.Array,
-            *, attention_impl: AttentionImpl | str = AttentionImpl.XLA) -> jax.Array:
+            *, attention_impl: AttentionImpl | str = AttentionImpl.XLA, mesh: Mesh | None = None,
+            rules: ShardingRules = COSMOS3_RULES) -> jax.Array:
     """The reference's per-step pass: :func:`und_prefill` then :func:`gen_forward` (arguments as theirs; the text
     positions ``(B, 3, L)``, the vision positions ``(B, 3, N)``). Float32 ``(B, C, T, H, W)``."""
-    cache = und_prefill(params, cfg, input_ids, text_position_ids, lengths, attention_impl=attention_impl)
+    cache = und_prefill(params, cfg, input_ids, text_position_ids, lengths, attention_impl=attention_impl,
+                        mesh=mesh, rules=rules)
     return gen_forward(params, cfg, cache, lengths, latents, timestep, position_ids, noisy,
-                       attention_impl=attention_impl)
+                       attention_impl=attention_impl, mesh=mesh, rules=rules)
 
 
-__all__ = ["GEN_ATTN_KEYS", "GEN_LAYER_KEYS", "STACK", "TIME_PROJ_DIM", "UND_ATTN_KEYS", "UND_LAYER_KEYS", "GenInputs",
-           "UndCache", "apply_rope", "causal_bias", "check_gen_inputs", "forward", "gen_epilogue", "gen_forward",
-           "gen_layer", "gen_prologue", "mlp", "num_tokens", "patchify", "rms_norm", "rope_axes", "rope_inv_freq",
-           "rope_tables", "run_gen_layers", "run_und_layers", "stream_layers", "time_embedding", "token_grid",
-           "transformer_specs", "und_embed", "und_layer", "und_prefill", "und_specs", "unpatchify"]
+__all__ = ["GEN_ATTN_KEYS", "GEN_LAYER_KEYS", "GenInputs", "STACK", "TIME_PROJ_DIM", "UND_ATTN_KEYS", "UND_LAYER_KEYS",
+           "UndCache", "apply_rope", "causal_bias", "check_gen_inputs", "fold_groups", "forward", "gen_epilogue",
+           "gen_forward", "gen_layer", "gen_prologue", "gen_prologue_sharded", "mlp", "num_tokens", "patchify",
+           "rms_norm", "rope_axes", "rope_inv_freq", "rope_tables", "run_gen_layers", "run_und_layers", "stream_layers",
+           "time_embedding", "token_grid", "transformer_specs", "und_embed", "und_layer", "und_prefill", "und_specs",
+           "unfold_groups", "unpatchify"]
