@@ -23,12 +23,12 @@ alternate, so drift in the (shared) machine's load hits both alike. Reported: me
 
 Usage::
 
-    python -m bench.compare [--config a|b|c|d|e|f|g] [--repeats N] # writes docs/benchmarks/compare-<config>.json,
+    python -m bench.compare [--config a|b|c|d|e|f|g|h] [--repeats N] # writes docs/benchmarks/compare-<config>.json,
                                                             # docs/benchmarks/step_time[-<config>].png and its section
 
 Configurations: ``a`` Wan2.1 1.3B width, ``b`` Wan2.2 TI2V-5B width (text-to-video), ``c`` CogVideoX-2B
 width, ``d`` LTX-Video 2B width with the 0.9.5+ VAE, ``e`` HunyuanVideo 13B width, ``f`` HunyuanVideo-1.5 8.3B width,
-``g`` Cosmos-Predict2.5 2B width (text-to-world; see :data:`CONFIGS`).
+``g`` Cosmos-Predict2.5 2B width (text-to-world), ``h`` Cosmos3 Edge width (text-to-video; see :data:`CONFIGS`).
     python -m bench.compare --smoke --out /tmp/x.json     # tiny config, seconds, no docs written
 
 New model families: add a :class:`Family` (checkpoint writer + one contender class per engine) to
@@ -167,6 +167,16 @@ _COSMOS2B_WIDTH = dict(num_attention_heads=16, attention_head_dim=128, num_layer
                        rope_scale=[1.0, 3.0, 3.0], extra_pos_embed_type=None)
 _COSMOS_TEXT = dict(hidden_size=3584, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=28,
                     num_key_value_heads=4, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]})
+
+# Cosmos3 Edge (nvidia/Cosmos3-Edge transformer/config.json, as vidax.models.cosmos3.config.RELEASE_CONFIGS holds it:
+# 2048 wide = 16 heads x 128 with 8 key/value heads, MLP 9216 (squared ReLU), Nemotron norms eps 1e-5, no text q/k
+# norms but the generation path's own key norm, rope_theta 1e8, mRoPE sections (24, 20, 20)), 2 of its 28 layers (each
+# with both streams' weights); the vocabulary cut to the demo tokenizer's (the embedding rows do not enter the step);
+# the Wan2.2 VAE at its released width (config b's).
+_COSMOS3_EDGE_WIDTH = dict(hidden_size=2048, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                           intermediate_size=9216, num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=100000000.0,
+                           rope_axes_dim=[24, 20, 20], rope_scaling={"mrope_section": [24, 20, 20],
+                                                                     "rope_type": "default"})
 
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
@@ -329,6 +339,20 @@ CONFIGS: dict[str, BenchConfig] = {
                      "converter exists for this family yet (no converted-layout row). Peak RSS over the generation "
                      "is about the same (0.96x). The end-to-end rows mix contended and quiet runs (diffusers' two "
                      "took 5.2 and 18.3 s); from the JAX cache vidax's end to end is 0.87x.",
+        ),
+        BenchConfig(
+            "h", "cosmos3", _COSMOS3_EDGE_WIDTH, _WAN22_VAE, {},
+            base=(5, 128, 128),
+            sweep=((5, 128, 128), (9, 128, 128), (9, 192, 192)),
+            bf16_sweep=((9, 128, 128),),
+            repeats=2,
+            note="Cosmos3 Edge width (2048 = 16 heads x 128, 8 key/value heads, MLP 9216 squared ReLU, Nemotron norms, "
+                 "the generation path's own understanding-key norm), 2 of its 28 layers with both streams, "
+                 "text-to-video with classifier-free guidance 6.0 (`uncond + 6 (cond - uncond)`, both halves per "
+                 "step) and the native flow grid; the generation tokens attend to the prompt's understanding keys "
+                 "and values: vidax computes them once per prompt (its `text_encoder_s` is that prefill), diffusers "
+                 "recomputes the whole joint sequence at every step and CFG pass; the Wan2.2 VAE at its released "
+                 "width",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -1444,6 +1468,171 @@ class CosmosDiffusers(WanDiffusers):
                          callback_on_step_end=on_step).frames
 
 
+# ------------------------------------------------------------------------------------ Cosmos3 family
+
+COSMOS3_GUIDANCE = 6.0  # diffusers Cosmos3OmniPipeline's default (uncond + s (cond - uncond))
+COSMOS3_TIMESTEP = 999  # the first timestep of the native flow grid (sigma 0.999, truncated)
+COSMOS3_TOKENIZE = dict(num_frames=5, height=128, width=128, fps=24.0)  # the prompt's metadata sentences (the stage runs
+# before the sizes are known; the sentences' digits change a few tokens at most)
+
+
+def _cosmos3_write(folder: Path, cfg: BenchConfig) -> None:
+    """The demo writer's Edge-style folder (the native flow grid) with the configuration's transformer, then its VAE
+    written again at the configuration's width."""
+    import numpy as np
+
+    from vidax.models.cosmos3 import demo
+
+    demo.write_demo_checkpoint(folder, seed=0, edge=True, transformer_overrides=dict(cfg.transformer))
+    if cfg.vae:
+        shutil.rmtree(folder / "vae")
+        demo.write_vae(folder, demo.vae_config(**cfg.vae), np.random.default_rng(1))
+
+
+class Cosmos3Vidax(WanVidax):
+    """vidax's ``Cosmos3Pipeline`` (JAX), measured through its own stages: the prompt's understanding stream once
+    (``encode``), then the pipeline's guided generation step (``[cond, uncond]`` in one evaluation, the guidance in
+    its epilogue; the CPU default block loop). The step compiles on its first call: ``prepare`` times that call (one
+    step's run included)."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        self.cache_events = _jax_setup(jax_cache)
+        from vidax.models.cosmos3 import pipeline  # noqa: F401  (imports are not load time)
+
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+
+        from vidax.models.cosmos3.pipeline import Cosmos3Pipeline
+
+        self.pipe = Cosmos3Pipeline.from_pretrained(self.folder, dtype=self.dtype, progress=False)
+        jax.block_until_ready((self.pipe.transformer_params, self.pipe.vae_params))
+
+    def encode(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        from vidax.models.cosmos3.text import pack_prompts
+
+        pipe = self.pipe
+        rows = pipe.tokenize(PROMPT, NEGATIVE, **COSMOS3_TOKENIZE)
+        self.packed = pack_prompts(list(rows), pad_id=pipe.tokenizer.tokenizer.pad_id,
+                                   temporal_modality_margin=pipe.transformer_cfg.unified_3d_mrope_temporal_modality_margin)
+        self.lengths = jnp.asarray(self.packed.lengths)
+        prefill = pipe._prefill_fn()
+        self.cache = prefill(pipe.transformer_params, jnp.asarray(self.packed.input_ids),
+                             jnp.asarray(self.packed.position_ids), self.lengths)
+        jax.block_until_ready(self.cache)
+
+    def prepare(self, latents) -> float:
+        import jax
+        import jax.numpy as jnp
+
+        pipe = self.pipe
+        _, _, t, h, w = latents.shape
+        p = pipe.transformer_cfg.latent_patch_size
+        positions = jnp.asarray(pipe.vision_positions(self.packed.vision_offsets, (t, -(-h // p), -(-w // p)),
+                                                      COSMOS3_TOKENIZE["fps"]))
+        args = (self.lengths, jnp.asarray(latents), jnp.full((2,), float(COSMOS3_TIMESTEP), jnp.float32), positions,
+                jnp.ones((2, t), jnp.float32))
+        step = pipe._step_fn(True)
+        finish = (jnp.float32(COSMOS3_GUIDANCE),)
+        self.compiled = lambda: step(pipe.transformer_params, self.cache, args, finish)
+        t0 = time.perf_counter()
+        jax.block_until_ready(self.compiled())
+        return time.perf_counter() - t0
+
+    def step(self) -> None:
+        import jax
+
+        jax.block_until_ready(self.compiled())
+
+    def decode(self, latents):
+        return self.pipe.decode_latents(latents)
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        out = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                        guidance_scale=COSMOS3_GUIDANCE, latents=latents, output_type="float", progress=False)
+        m = out.metrics
+        res = {k: float(m[k]) for k in ("text_encoder_s", "compile_s", "step_s", "vae_decode_s") if k in m}
+        return out.frames, {**res, "jax_cache_hits": self.cache_events["hits"],
+                            "jax_cache_requests": self.cache_events["requests"]}
+
+
+class Cosmos3Diffusers(WanDiffusers):
+    """diffusers' ``Cosmos3OmniPipeline`` (PyTorch, CPU), text-to-video with classifier-free guidance: its step is the
+    pipeline's two transformer calls over the joint sequence (prompt and video tokens) and the guidance combination,
+    as ``__call__`` makes them. The demo folder carries no guardrail (``enable_safety_checker`` false) and a chat
+    template that renders what Qwen3-VL's renders for text messages."""
+
+    PIPELINE, TRANSFORMER = "Cosmos3OmniPipeline", "Cosmos3OmniTransformer"
+
+    def encode(self) -> None:
+        pipe = self.pipe
+        cond, uncond = pipe.tokenize_prompt(PROMPT, NEGATIVE, **COSMOS3_TOKENIZE)
+        self.text = [pipe._prepare_text_segment(ids, device="cpu") for ids in (cond, uncond)]
+
+    def prepare(self, latents) -> float:
+        torch, pipe = self.torch, self.pipe
+        self.x = torch.from_numpy(latents).to(self.tdtype)
+        self.packs = []
+        for text in self.text:
+            vision = pipe._prepare_vision_segment(self.x, False, text["vision_start_temporal_offset"],
+                                                  COSMOS3_TOKENIZE["fps"], text["und_len"], device="cpu")
+            self.packs.append({**text, **vision,
+                               "position_ids": torch.cat([text["text_mrope_ids"], vision["vision_mrope_ids"]], dim=1),
+                               "sequence_length": text["und_len"] + vision["num_vision_tokens"]})
+        self.vt = torch.full((self.packs[0]["num_noisy_vision_tokens"],), COSMOS3_TIMESTEP)
+        return 0.0
+
+    def step(self) -> None:
+        tr = self.pipe.transformer
+        preds = []
+        with self.torch.no_grad():  # Cosmos3OmniPipeline.__call__, one denoising step (no conditioning frame)
+            for name, s in zip(("cond", "uncond"), self.packs):
+                with tr.cache_context(name, step_index=0, sigma=1.0, num_inference_steps=1):
+                    out = tr(input_ids=s["input_ids"], text_indexes=s["text_indexes"],
+                             position_ids=s["position_ids"], und_len=s["und_len"],
+                             sequence_length=s["sequence_length"], vision_tokens=[self.x],
+                             vision_token_shapes=s["vision_token_shapes"],
+                             vision_sequence_indexes=s["vision_sequence_indexes"],
+                             vision_mse_loss_indexes=s["vision_mse_loss_indexes"], vision_timesteps=self.vt,
+                             vision_noisy_frame_indexes=s["vision_noisy_frame_indexes"], return_dict=False)
+                preds.append(out[0][0].float())
+            cond, uncond = preds
+            self.noise_pred = uncond + COSMOS3_GUIDANCE * (cond - uncond)
+
+    def decode(self, latents):
+        torch, pipe = self.torch, self.pipe
+        with torch.no_grad():  # __call__ after the loop: z / (1 / std) + mean, the VAE, frames (B, F, H, W, 3)
+            z = torch.from_numpy(latents).to(pipe.vae.dtype)
+            z = z / pipe._vae_latents_inv_std.view(1, -1, 1, 1, 1) + pipe._vae_latents_mean.view(1, -1, 1, 1, 1)
+            video = pipe.vae.decode(z).sample
+            return (video / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1).float().numpy()
+
+    def generate(self, frames: int, height: int, width: int, steps: int, latents):
+        """As :meth:`WanDiffusers.generate`, the prompt stage being ``tokenize_prompt`` (Cosmos3 has no text
+        encoder: the prompt runs through the transformer at every step)."""
+        pipe = self.pipe
+        pipe.encode_prompt = pipe.tokenize_prompt  # the base class times pipe.encode_prompt (wrapping it)
+
+        def tokenize(*a, **k):
+            return pipe.encode_prompt(*a, **k)
+
+        pipe.tokenize_prompt = tokenize
+        try:
+            return super().generate(frames, height, width, steps, latents)
+        finally:
+            del pipe.tokenize_prompt
+
+    def _call(self, frames: int, height: int, width: int, steps: int, latents, on_step):
+        video = self.pipe(PROMPT, NEGATIVE, height=height, width=width, num_frames=frames, num_inference_steps=steps,
+                          guidance_scale=COSMOS3_GUIDANCE, latents=self.torch.from_numpy(latents), output_type="np",
+                          enable_safety_check=False, callback_on_step_end=on_step).video
+        return video[None]
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
@@ -1489,6 +1678,10 @@ FAMILIES: dict[str, Family] = {
                                 {"vidax": CosmosVidax, "diffusers": CosmosDiffusers},
                                 vae_note="its Cosmos-Predict2.5 pipeline reads the whole VAE, the encoder side too "
                                          "(the same pipeline runs image- and video-to-world)."),
+    "cosmos3": Family(_cosmos3_write, _converter("vidax.models.cosmos3.convert"), _wan22_latent_shape,
+                      _patch_tokens(_wan22_latent_shape), {"vidax": Cosmos3Vidax, "diffusers": Cosmos3Diffusers},
+                      vae_note="its Cosmos3 pipeline reads the whole VAE, the encoder side too (the same pipeline "
+                               "runs image-to-video)."),
 }
 
 

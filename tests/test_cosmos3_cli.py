@@ -63,9 +63,8 @@ def no_loading(monkeypatch):
     (["--fps", "500"], "--fps 500 is outside"),
     (["--num-frames", "1", "--image", "IMG"], "image-to-video needs more than one frame"),
     (["--video", "VID"], "runs t2v, i2v, not v2v"),
-    (["--offload-chunk", "1"], "offload"),
 ], ids=["frames-8", "frames-over-253", "height-40", "width-72", "over-1920", "fps-500", "one-frame-image",
-        "video", "offload"])
+        "video"])
 def test_bad_input_is_one_error_line_before_loading(folder, tmp_path, capsys, no_loading, flags, message):
     from PIL import Image
 
@@ -79,6 +78,27 @@ def test_bad_input_is_one_error_line_before_loading(folder, tmp_path, capsys, no
     args = ["generate", "--checkpoint", str(folder), "--prompt", "a", "--height", "64", "--width", "64",
             "--num-frames", "9", "--out", str(out)]
     assert main(args + flags) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vidax: error: ") and re.search(message, lines[0]), lines
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--offload-chunk", "3"], "offload chunk must be an integer between 1 and 2"),
+    (["--tp", "3", "--dp", "1", "--sp", "1"], "tp"),
+], ids=["offload-chunk-over-the-layers", "tp-3"])
+def test_bad_placement_is_one_error_line_before_any_weight(folder, tmp_path, capsys, monkeypatch, flags, message):
+    """Placement flags are checked by from_pretrained before it reads a weight (the key map's loader is never
+    reached)."""
+    from vidax.models.cosmos3 import loading
+
+    def refuse(*a, **k):
+        raise AssertionError("weights were read before the placement checks")
+
+    monkeypatch.setattr(loading, "load_transformer", refuse)
+    out = tmp_path / "x.mp4"
+    assert main(["generate", "--checkpoint", str(folder), "--prompt", "a", "--height", "32", "--width", "32",
+                 "--num-frames", "5", "--out", str(out)] + flags) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vidax: error: ") and re.search(message, lines[0]), lines
     assert not out.exists()

@@ -147,6 +147,7 @@ def test_reusing_the_prompt_cache_equals_recomputing_it(setup):
     per-step joint pass, :func:`vidax.models.cosmos3.transformer.forward`) gives the same latents."""
     import jax.numpy as jnp
 
+    from vidax.models.cosmos3.block_loop import stacked_tree
     from vidax.models.cosmos3.pipeline import guide
     from vidax.models.cosmos3.text import pack_prompts
     from vidax.models.cosmos3.transformer import forward
@@ -167,9 +168,10 @@ def test_reusing_the_prompt_cache_equals_recomputing_it(setup):
     noisy = jnp.ones((2, shape[2]), jnp.float32)
     state = ours.scheduler.set_timesteps(STEPS)
     x = jnp.asarray(latents)
+    params = stacked_tree(ours.transformer_params, ours.stacks)
     for i in range(STEPS):
         t = jnp.full((2,), state.model_timesteps[i], jnp.float32)
-        v = forward(ours.transformer_params, cfg, jnp.asarray(packed.input_ids), jnp.asarray(packed.position_ids),
+        v = forward(params, cfg, jnp.asarray(packed.input_ids), jnp.asarray(packed.position_ids),
                     jnp.asarray(packed.lengths), jnp.broadcast_to(x, (2, *shape[1:])), t, positions, noisy)
         x, state = ours.scheduler.step(state, guide(v, jnp.float32(6.0)), x, i)
     x = np.asarray(x, np.float64)

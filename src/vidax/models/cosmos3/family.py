@@ -129,5 +129,4 @@ FAMILY = Family(
     convert=_convert,
     check=_check,
     fps_setting="fps",
-    offload=False,
 )

@@ -102,31 +102,39 @@ def check_components(ckpt: Cosmos3Checkpoint, tcfg, vcfg, tokenizer=None) -> Non
         raise CheckpointError(f"{ckpt.folder}: " + "; ".join(problems) + ": the components belong to different models")
 
 
-def load_transformer(ckpt: Cosmos3Checkpoint, cfg, dtype: Any, mesh=None) -> dict:
-    """The transformer's parameters, resident and stacked for ``lax.scan`` (:func:`vidax.models.cosmos3.keymap.
-    load_transformer`: the diffusers or the release's names, detected from the keys; a converted folder's are the
-    diffusers names), sharded on ``mesh`` by :data:`vidax.models.cosmos3.sharding.COSMOS3_RULES`.
+def load_transformer(ckpt: Cosmos3Checkpoint, cfg, dtype: Any, mesh=None, *, offload_chunk: int | None = None,
+                     block_loop: str = "auto"):
+    """The transformer's parameters and its layer stacks (:func:`vidax.models.cosmos3.keymap.load_transformer`: the
+    diffusers or the release's names, detected from the keys; a converted folder's identity names), sharded on
+    ``mesh`` by :data:`vidax.models.cosmos3.sharding.COSMOS3_RULES`; with ``offload_chunk`` or the host block loop
+    the layers read straight into chunks (:func:`vidax.models.cosmos3.block_loop.plans_for`).
+
+    Returns:
+      ``(params, stacks)``: ``params`` without the layers when ``stacks`` (``{"layers": OffloadedStack}``) holds
+      them, else ``stacks`` is ``{}``.
 
     Raises:
       CheckpointError: weights that do not match ``cfg`` (every mismatch listed).
-      ValueError: a mesh the model cannot use.
+      ValueError: a mesh the model cannot use, a bad ``offload_chunk`` or ``block_loop``.
     """
     from vidax.models.cosmos3.keymap import load_transformer as load
 
     if ckpt.layout != VIDAX:
-        return load(ckpt.transformer, cfg, dtype, mesh=mesh, block_loop="scan").params
+        loaded = load(ckpt.transformer, cfg, dtype, mesh=mesh, offload_chunk=offload_chunk, block_loop=block_loop)
+        return loaded.params, loaded.stacks
     from vidax.checkpoint.keymap import identity_keymap
     from vidax.checkpoint.loader import load_params
     from vidax.checkpoint.reader import CheckpointReader
     from vidax.checkpoint.writer import VIDAX_WEIGHTS
-    from vidax.core.offload import block_placement, block_plans, split_stacks
+    from vidax.core.offload import block_placement, split_stacks
+    from vidax.models.cosmos3.block_loop import plans_for
     from vidax.models.cosmos3.sharding import COSMOS3_RULES, check_parallel
-    from vidax.models.cosmos3.transformer import STACK, transformer_specs
+    from vidax.models.cosmos3.transformer import transformer_specs
 
     check_parallel(cfg, mesh, COSMOS3_RULES)
-    plans = block_plans({STACK: cfg.num_hidden_layers}, None, "scan")
+    plans = plans_for(cfg, offload_chunk, block_loop)
     specs = transformer_specs(cfg)
     params = load_params(CheckpointReader(ckpt.transformer / VIDAX_WEIGHTS), identity_keymap(specs), specs,
                          np.dtype(dtype), source=str(ckpt.transformer),
                          shardings=block_placement(plans, mesh, COSMOS3_RULES))
-    return split_stacks(params, specs, plans, mesh, COSMOS3_RULES)[0]
+    return split_stacks(params, specs, plans, mesh, COSMOS3_RULES)
