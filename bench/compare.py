@@ -1472,8 +1472,8 @@ class CosmosDiffusers(WanDiffusers):
 
 COSMOS3_GUIDANCE = 6.0  # diffusers Cosmos3OmniPipeline's default (uncond + s (cond - uncond))
 COSMOS3_TIMESTEP = 999  # the first timestep of the native flow grid (sigma 0.999, truncated)
-COSMOS3_TOKENIZE = dict(num_frames=5, height=128, width=128, fps=24.0)  # the prompt's metadata sentences (the stage runs
-# before the sizes are known; the sentences' digits change a few tokens at most)
+# the prompt's metadata sentences (the stage runs before the sizes are known; their digits change a few tokens at most)
+COSMOS3_TOKENIZE = dict(num_frames=5, height=128, width=128, fps=24.0)
 
 
 def _cosmos3_write(folder: Path, cfg: BenchConfig) -> None:
@@ -1538,6 +1538,7 @@ class Cosmos3Vidax(WanVidax):
                 jnp.ones((2, t), jnp.float32))
         step = pipe._step_fn(True)
         finish = (jnp.float32(COSMOS3_GUIDANCE),)
+        self.args = ()  # (the harness's call convention: compiled(*args) is the guided velocity)
         self.compiled = lambda: step(pipe.transformer_params, self.cache, args, finish)
         t0 = time.perf_counter()
         jax.block_until_ready(self.compiled())

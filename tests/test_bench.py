@@ -338,7 +338,7 @@ def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
 
 
 @pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo", "hunyuanvideo-1.5",
-                                    "cosmos-predict2.5"])
+                                    "cosmos-predict2.5", "cosmos3"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
     gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
@@ -377,7 +377,7 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
         raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
         assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
-    if family in ("hunyuanvideo", "hunyuanvideo-1.5", "cosmos-predict2.5"):  # both: [0, 1] frames (B, F, H, W, 3)
+    if family in ("hunyuanvideo", "hunyuanvideo-1.5", "cosmos-predict2.5", "cosmos3"):  # [0, 1] frames (B, F, H, W, 3)
         assert videos["vidax"].shape == videos["diffusers"].shape == (1, 9, 64, 64, 3)
         assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
 
