@@ -14,12 +14,14 @@ This script times, on one process and the same compiled programs:
 
 for the Edge width (hidden 2048 = 16 heads x 128, 8 key/value heads, MLP 9216 squared ReLU, Nemotron norms, the
 generation path's own key norm) with a few of its 28 layers, random weights, CFG rows ``[cond, uncond]`` of a prompt of
-``--prompt-tokens`` tokens (padded to a multiple of 64 as the pipeline pads), at several video sizes. The saving per
-step is ``recompute - cached`` (the prefill); the outputs of the two are the same numbers (checked).
+``--prompt-tokens`` tokens (padded to a multiple of 64 as the pipeline pads), at several video sizes; the weights
+written once by the demo writer and loaded as the pipeline loads them (its CPU default: the host block loop). The
+saving per step is ``recompute - cached`` (the prefill); the outputs of the two are the same numbers (checked).
 
 Usage::
 
-    python -m bench.cosmos3_kv [--layers 2] [--prompt-tokens 300] [--repeats 5] [--dtype float32] [--docs]
+    python -m bench.cosmos3_kv [--layers 2] [--prompt-tokens 300] [--repeats 5] [--dtype float32]
+                               [--block-loop auto|scan|host] [--docs]
 
 ``--docs`` writes its section of docs/benchmarks.md.
 """
@@ -35,10 +37,11 @@ import sys
 import time
 
 #: The Edge release's transformer at a few layers (vidax.models.cosmos3.config.RELEASE_CONFIGS["Cosmos3-Edge"]),
-#: the vocabulary cut (its rows do not enter the step, and the prefill only gathers them).
+#: the vocabulary the demo tokenizer's (its rows do not enter the step, and the prefill only gathers them).
 EDGE_WIDTH = dict(hidden_size=2048, intermediate_size=9216, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                   hidden_act="relu2", qk_norm_for_text=False, use_und_k_norm_for_gen=True, rms_norm_eps=1e-5,
-                  rope_theta=100000000.0, rope_scaling={"mrope_section": [24, 20, 20]}, vocab_size=4096)
+                  rope_theta=100000000.0, rope_axes_dim=[24, 20, 20],
+                  rope_scaling={"mrope_section": [24, 20, 20], "rope_type": "default"})
 #: (frames, height, width) timed: latents (1, 48, (F - 1) / 4 + 1, H / 16, W / 16), patches of 2x2.
 SIZES = ((5, 128, 128), (9, 256, 256), (17, 256, 256))
 GUIDANCE = 6.0
@@ -55,37 +58,52 @@ def _quiet_share(fn) -> tuple[float, float]:
     return wall, foreign
 
 
+def load(folder, layers: int, dtype: str, block_loop: str, seed: int = 0):
+    """``(cfg, params, stacks)``: the Edge-width transformer written by the demo writer into ``folder`` (random
+    weights, diffusers layout) and loaded as the pipeline loads it (:func:`vidax.models.cosmos3.keymap.
+    load_transformer`: ``block_loop="auto"`` is the host block loop on the CPU, one-layer chunks in device memory)."""
+    from pathlib import Path
+
+    from vidax.models.cosmos3.demo import write_demo_checkpoint
+    from vidax.models.cosmos3.keymap import load_transformer
+
+    folder = Path(folder)
+    if not (folder / "transformer" / "config.json").is_file():
+        write_demo_checkpoint(folder, seed=seed, edge=True,
+                              transformer_overrides=dict(EDGE_WIDTH, num_hidden_layers=layers))
+    t = load_transformer(folder / "transformer", dtype=dtype, block_loop=block_loop)
+    return t.cfg, t.params, t.stacks
+
+
 def measure(layers: int = 2, prompt_tokens: int = 300, sizes=SIZES, repeats: int = 5, dtype: str = "float32",
-            seed: int = 0, log=print) -> dict:
-    """Time the cached and the recomputing step at each size; returns the record (``rows``: one per size)."""
+            seed: int = 0, block_loop: str = "auto", folder=None, log=print) -> dict:
+    """Time the cached and the recomputing step at each size; returns the record (``rows``: one per size).
+    ``folder``: where the random-weight checkpoint is written (default a temporary folder)."""
+    import tempfile
+
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from vidax.core.params import random_params
-    from vidax.models.cosmos3.block_loop import make_gen_step, make_prefill
-    from vidax.models.cosmos3.config import Cosmos3TransformerConfig
+    from vidax.models.cosmos3.block_loop import loop_name, make_gen_step, make_prefill
     from vidax.models.cosmos3.planner import step_hooks
     from vidax.models.cosmos3.text import pack_prompts, vision_position_ids
-    from vidax.models.cosmos3.transformer import num_tokens, transformer_specs
+    from vidax.models.cosmos3.transformer import num_tokens
 
-    cfg = Cosmos3TransformerConfig(**EDGE_WIDTH, num_hidden_layers=layers)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg, params, stacks = load(folder or f"{tmp}/ckpt", layers, dtype, block_loop, seed)
     wdtype = jnp.dtype(dtype)
-    specs = transformer_specs(cfg)
-    host = random_params(specs, seed=seed)
-    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32 if a.ndim == 0 else wdtype), host)
-    params["time_embedder"] = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), host["time_embedder"])
     rng = np.random.default_rng(seed)
     rows = [list(rng.integers(0, cfg.vocab_size, prompt_tokens)), list(rng.integers(0, cfg.vocab_size,
                                                                                      prompt_tokens - 40))]
     packed = pack_prompts(rows, pad_id=0, temporal_modality_margin=cfg.unified_3d_mrope_temporal_modality_margin)
     ids, pos, lengths = (jnp.asarray(a) for a in (packed.input_ids, packed.position_ids, packed.lengths))
-    prefill = make_prefill(params, None, cfg=cfg, attention="chunked")
+    prefill = make_prefill(params, stacks, cfg=cfg, attention="chunked")
     prepare, finish = step_hooks(wdtype, True)
-    step = make_gen_step(params, None, cfg=cfg, attention="chunked", prepare=prepare, finish=finish)
+    step = make_gen_step(params, stacks, cfg=cfg, attention="chunked", prepare=prepare, finish=finish)
     g = (jnp.float32(GUIDANCE),)
     out = {"layers": layers, "prompt_tokens": [int(v) for v in packed.lengths], "padded_prompt": int(ids.shape[1]),
-           "dtype": dtype, "repeats": repeats, "rows": []}
+           "dtype": dtype, "repeats": repeats, "block_loop": loop_name(stacks), "rows": []}
     t0 = time.perf_counter()
     cache = prefill(params, ids, pos, lengths)
     jax.block_until_ready(cache)
@@ -160,8 +178,9 @@ def markdown(rec: dict) -> list[str]:
               "832x480, 121 frames (12090 video tokens per row) the und pass's linear work is 300/12090 = 2.5% of the "
               "gen stream's and the gen attention grows with the square of the video tokens, so the saving there is "
               "under 2.5% of a step; over 35 steps vidax runs the pass once where the reference runs it 35 times per "
-              "CFG pass. Both schedules run the layers under `lax.scan` (the pipeline's CPU default is the host block "
-              "loop: the same programs per layer)."]
+              "CFG pass. Both schedules run the pipeline's programs (`block_loop.make_prefill` / `make_gen_step`, "
+              f"block loop `{rec.get('block_loop', '?')}`: on the CPU one compiled layer program per stream called "
+              "once per layer), the weights loaded from a random-weight folder as the pipeline loads them."]
     if rec.get("findings"):
         lines += ["", rec["findings"]]
     return lines
@@ -173,16 +192,32 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--block-loop", default="auto", choices=["auto", "scan", "host"],
+                   help="the layers' loop (auto: the pipeline's default, the host block loop on the CPU)")
     p.add_argument("--sizes", default=None, help="FxHxW,... (default " + ",".join("x".join(map(str, s))
                                                                             for s in SIZES) + ")")
     p.add_argument("--findings", default="", help="a paragraph appended to the docs section")
     p.add_argument("--out", default=None, help="JSON path (default docs/benchmarks/cosmos3-kv.json with --docs)")
     p.add_argument("--docs", action="store_true", help="write the section of docs/benchmarks.md")
+    p.add_argument("--report-only", action="store_true",
+                   help="re-render the section from the JSON (--out, default docs/benchmarks/cosmos3-kv.json), with "
+                        "--findings if given; measures nothing")
     args = p.parse_args(argv)
     from bench._report import DOCS, machine, publish, versions
 
+    if args.report_only:
+        path = args.out or str(DOCS.parent / "benchmarks" / "cosmos3-kv.json")
+        with open(path) as f:
+            rec = json.load(f)
+        if args.findings:
+            rec["findings"] = args.findings
+            with open(path, "w") as f:
+                f.write(json.dumps(rec, indent=2) + "\n")
+        publish(markdown(rec), write=True)
+        return 0
+
     sizes = SIZES if not args.sizes else tuple(tuple(int(v) for v in s.split("x")) for s in args.sizes.split(","))
-    rec = measure(args.layers, args.prompt_tokens, sizes, args.repeats, args.dtype)
+    rec = measure(args.layers, args.prompt_tokens, sizes, args.repeats, args.dtype, block_loop=args.block_loop)
     rec.update(date=time.strftime("%Y-%m-%d"), machine=machine(), python=platform.python_version(),
                versions=versions(), findings=args.findings)
     out = args.out or (str(DOCS.parent / "benchmarks" / "cosmos3-kv.json") if args.docs else None)

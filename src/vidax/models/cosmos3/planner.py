@@ -303,10 +303,11 @@ def _strip(info):
 
 
 def compile_offloaded(model: Cosmos3Model, mesh, resident: dict, chunk: dict, inputs: dict, *, prepare, finish,
-                      attention, options, padded_layers: int) -> dict:
+                      attention, options) -> dict:
     """The offloaded programs as :func:`vidax.models.cosmos3.block_loop.make_prefill` and
     :func:`~vidax.models.cosmos3.block_loop.make_gen_step` build them with chunks: the prefill's embedding and chunk
-    program, the gen step's prologue, chunk program and epilogue (``{name: compiled}``)."""
+    program, the gen step's prologue, chunk program and epilogue (``{name: compiled}``); ``inputs`` from
+    :func:`program_inputs` with the cache padded to the chunks' layer count."""
     from vidax.core.placement import replicated
     from vidax.models.cosmos3.transformer import (gen_epilogue, gen_prologue_sharded, run_gen_layers, run_und_layers,
                                                   und_embed)
@@ -402,8 +403,7 @@ def estimate_split(model: Cosmos3Model, dp: int, tp: int, sp: int, devices: Sequ
             plan = ChunkPlan(cfg.num_hidden_layers, n)
             inputs = program_inputs(model, mesh, shape, guided, dtype, cache_layers=plan.padded_layers)
             progs = compile_offloaded(model, mesh, res, chunk_of(params[STACK], n), inputs, prepare=prepare,
-                                      finish=finish, attention=attention, options=options,
-                                      padded_layers=plan.padded_layers)
+                                      finish=finish, attention=attention, options=options)
             cache = sharded_bytes(inputs["cache"])
             args = sharded_bytes((inputs["args"], inputs["finish_args"]))
             buffer = n * layer if overlap else 0
