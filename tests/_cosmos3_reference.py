@@ -85,14 +85,3 @@ def write_tokenizer(folder, corpus, num_merges=200):
                                  added_tokens=QWEN2_5_VL_ADDED_TOKENS + QWEN3_EXTRA_TOKENS,
                                  chat_template=QWEN3_VL_CHAT_TEMPLATE)
 
-
-class SafetyCheckerStub:
-    """Stands in for cosmos_guardrail's checker (not installed); the pipeline runs with enable_safety_check=False."""
-
-
-def reference_pipeline(transformer, tokenizer, vae, scheduler, use_native_flow_schedule=False):
-    """diffusers' Cosmos3OmniPipeline over given components, without a guardrail."""
-    from diffusers import Cosmos3OmniPipeline
-
-    return Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=tokenizer, vae=vae, scheduler=scheduler,
-                               enable_safety_checker=False, use_native_flow_schedule=use_native_flow_schedule)

@@ -131,3 +131,24 @@ def test_inspect_convert_and_the_converted_folder_generates_the_same(folder, tmp
     a = Cosmos3Pipeline.from_pretrained(folder, dtype="float32", progress=False, compile_cache=False)("a cat", **kw)
     b = Cosmos3Pipeline.from_pretrained(converted, dtype="float32", progress=False, compile_cache=False)("a cat", **kw)
     np.testing.assert_array_equal(a.latents, b.latents)
+
+
+def test_a_folder_with_the_release_names_generates_the_same(folder, tmp_path, capsys):
+    """The diffusers folder with its transformer written in the release's names (the language model under
+    ``model.``, ``vae2llm`` / ``llm2vae`` / ``time_embedder.mlp``, the release's attention names): inspected as such,
+    and the pipeline gives the same latents."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    from test_cosmos3_transformer import _release_key
+
+    release = tmp_path / "release"
+    shutil.copytree(folder, release)
+    path = release / "transformer" / "diffusion_pytorch_model.safetensors"
+    save_file({_release_key(k): v for k, v in load_file(str(path)).items()}, str(path))
+    assert main(["inspect", str(release)]) == 0
+    assert "transformer (release names)" in capsys.readouterr().out
+    kw = dict(height=32, width=32, num_frames=5, num_inference_steps=2, seed=4, progress=False)
+    a = Cosmos3Pipeline.from_pretrained(folder, dtype="float32", progress=False, compile_cache=False)("a cat", **kw)
+    b = Cosmos3Pipeline.from_pretrained(release, dtype="float32", progress=False, compile_cache=False)("a cat", **kw)
+    np.testing.assert_array_equal(a.latents, b.latents)

@@ -4,7 +4,7 @@ with a tiny locally built Qwen3-VL-style tokenizer carrying the released Qwen3-V
 import numpy as np
 import pytest
 import torch
-from _cosmos3_reference import SafetyCheckerStub, write_tokenizer  # noqa: F401
+from _cosmos3_reference import write_tokenizer
 from transformers import AutoTokenizer
 
 from vidax.models.cosmos3.text import (MAX_PROMPT_TOKENS, SYSTEM_PROMPT_IMAGE, SYSTEM_PROMPT_VIDEO, Cosmos3Tokenizer,
@@ -37,10 +37,9 @@ def setup(tmp_path_factory):
     transformer = Cosmos3OmniTransformer(head_dim=16, hidden_size=32, intermediate_size=64, num_attention_heads=2,
                                          num_hidden_layers=1, num_key_value_heads=1, patch_latent_dim=192,
                                          rope_scaling={"mrope_section": [4, 2, 2]}, vocab_size=len(ref_tok))
-    pipes = {native: Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=ref_tok, vae=_VAEStub(),
-                                         scheduler=None, enable_safety_checker=False)
-             for native in (False,)}
-    return Cosmos3Tokenizer.from_folder(folder), ref_tok, pipes[False], transformer
+    pipe = Cosmos3OmniPipeline(transformer=transformer, text_tokenizer=ref_tok, vae=_VAEStub(), scheduler=None,
+                               enable_safety_checker=False)
+    return Cosmos3Tokenizer.from_folder(folder), ref_tok, pipe, transformer
 
 
 def test_render_chat_is_the_qwen3_vl_template(setup):

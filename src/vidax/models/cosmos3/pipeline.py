@@ -46,7 +46,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from vidax.core import wan_vae
 from vidax.core.attention import AttentionImpl, ran_label, recording
 from vidax.core.compile_cache import enable_for_api
-from vidax.core.inputs import check_dtype, check_finite_video, check_seed
+from vidax.core.inputs import check_dtype, check_finite_video, check_seed, is_integer
 from vidax.core.placement import first_device, mesh_context
 from vidax.core.progress import Progress, as_progress
 from vidax.core.sharding import optional_mesh
@@ -327,9 +327,9 @@ class Cosmos3Pipeline:
         if image is not None and num_frames == 1:
             raise ValueError("image-to-video needs more than one frame; one frame is text-to-image (no image)")
         seed = check_seed(seed)
-        n = int(num_inference_steps)
-        if isinstance(num_inference_steps, bool) or n != num_inference_steps or n < 1:
+        if not is_integer(num_inference_steps) or num_inference_steps < 1:
             raise ValueError(f"num_inference_steps must be a positive integer, got {num_inference_steps!r}")
+        n = int(num_inference_steps)
         if isinstance(guidance_scale, bool) or not isinstance(guidance_scale, (int, float)) \
                 or not math.isfinite(guidance_scale):
             raise ValueError(f"guidance_scale must be a finite number, got {guidance_scale!r}")
