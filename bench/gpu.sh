@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Real-size Wan2.1, HunyuanVideo, HunyuanVideo-1.5 and Cosmos-Predict2.5 steps on one lent GPU (an H200): vidax (JAX)
+# Real-size Wan2.1, HunyuanVideo, HunyuanVideo-1.5, Cosmos-Predict2.5 and Cosmos3 steps on one lent GPU (an H200): vidax (JAX)
 # against diffusers (PyTorch), in one call of under 8 minutes. Run from the repository root: `bash bench/gpu.sh`. Results: one JSON per
 # part in $OUT (the device tool's output folder, at most 8 files come back: this writes 8, the machine's
 # description inside matmul.json; ./gpu-results elsewhere), the log on stdout; then, back on the CPU machine:
 #   python bench/gpu_step.py report <that folder>     # writes the "GPU" section of docs/benchmarks.md
 #
-# GPU_BENCH_PARTS picks the groups, in this order: "wan13 hv hv15 cosmos wan14"; the default is "wan13 hv wan14" (the
+# GPU_BENCH_PARTS picks the groups, in this order: "wan13 hv hv15 cosmos cosmos3 wan14"; the default is "wan13 hv wan14" (the
 # device returns at most 8 files: these 7 parts and the matmul). E.g. GPU_BENCH_PARTS=hv for the HunyuanVideo pair
-# alone, GPU_BENCH_PARTS=hv15 for the HunyuanVideo-1.5 pair, GPU_BENCH_PARTS=cosmos for the Cosmos-Predict2.5 pair
-# (about 2-3 minutes each). With all groups the 14B parts,
+# alone, GPU_BENCH_PARTS=hv15 for the HunyuanVideo-1.5 pair, GPU_BENCH_PARTS=cosmos for the Cosmos-Predict2.5 pair,
+# GPU_BENCH_PARTS=cosmos3 for the Cosmos3 Edge pair (832x480x121, its und prefill timed apart) (about 2-3 minutes each). With all groups the 14B parts,
 # last, get what is left of the budget. GPU_BENCH_DRY_RUN=1 prints the parts' commands and runs none (a check on any
 # machine).
 #
@@ -29,6 +29,7 @@ STEPS_14B=${STEPS_14B:-1}
 STEPS_HV=${STEPS_HV:-2}             # HunyuanVideo 13B width, 2 + 4 blocks, 1280x720x129: timed steps after one warm-up
 STEPS_HV15=${STEPS_HV15:-2}         # HunyuanVideo-1.5 8.3B width, 2 blocks, 1280x720x121, CFG: timed steps after a warm-up
 STEPS_COSMOS=${STEPS_COSMOS:-2}     # Cosmos-Predict2.5 2B width, 2 blocks, 1280x704x93, CFG: timed steps after a warm-up
+STEPS_COSMOS3=${STEPS_COSMOS3:-3}   # Cosmos3 Edge width, 2 layers, 832x480x121, CFG: timed steps after a warm-up
 PARTS=" ${GPU_BENCH_PARTS:-wan13 hv wan14} "
 ATTENTION_14B=${ATTENTION_14B:-cudnn}  # attention_impl of the 14B run: chunked, or cudnn where the engine has it
                                      # (an engine without it fails that part; one that refuses a call falls back)
@@ -72,6 +73,10 @@ fi
 if want cosmos; then
   part 90 diffusers --model cosmos-720p --steps "$STEPS_COSMOS"
   part 110 vidax --model cosmos-720p --steps "$STEPS_COSMOS" --attention auto
+fi
+if want cosmos3; then
+  part 90 diffusers --model cosmos3-edge-480p --steps "$STEPS_COSMOS3"
+  part 110 vidax --model cosmos3-edge-480p --steps "$STEPS_COSMOS3" --attention auto
 fi
 if want wan14; then
   part 90 diffusers --model 14b-720p --steps "$STEPS_14B"

@@ -1,4 +1,4 @@
-"""Real-size Wan2.1, HunyuanVideo, HunyuanVideo-1.5 and Cosmos-Predict2.5 steps on one GPU: vidax (JAX) against
+"""Real-size Wan2.1, HunyuanVideo, HunyuanVideo-1.5, Cosmos-Predict2.5 and Cosmos3 steps on one GPU: vidax (JAX) against
 diffusers (PyTorch), called by ``bench/gpu.sh``.
 
 Parts (each its own process, so device memory and peaks are its own):
@@ -35,6 +35,15 @@ Parts (each its own process, so device memory and peaks are its own):
   ``lax.scan``), attention ``auto``; diffusers ``CosmosTransformer3DModel`` in bf16, two evaluations per step as
   ``Cosmos2_5_PredictBasePipeline`` runs them (with its pixel padding mask; torchvision's resize restated from
   ``tests/_torchvision_restated.py`` where torchvision is absent).
+- ``vidax --model cosmos3-edge-480p`` / ``diffusers --model cosmos3-edge-480p``: Cosmos3 at the Edge width (2048 = 16
+  heads x 128, 8 key/value heads, MLP 9216 squared ReLU, Nemotron norms, the release's 131072-token vocabulary) with 2
+  of its 28 layers, both streams (``bench.compare`` config h's transformer), at the paper row's size (832x480, 121
+  frames: 12090 video tokens), one guided step (guidance 6.0, the prompt and negative prompt rows of
+  :data:`COSMOS3_PROMPT_TOKENS` tokens): vidax the pipeline's programs (the und prefill once, timed apart, then the
+  gen step with the und cache resident: :func:`vidax.models.cosmos3.planner.compile_resident`, the layers under
+  ``lax.scan``), attention ``auto``; diffusers ``Cosmos3OmniTransformer`` in bf16, two calls per step over the joint
+  sequence (prompt and video tokens) as ``Cosmos3OmniPipeline.__call__`` makes them (the und stream recomputed in
+  each).
 - ``estimate``: the memory estimate of each model/dtype/attention (no device needed; ``report`` computes it when
   the results have none).
 - ``report RESULTS_DIR``: (here, after the run) writes the "GPU" section of docs/benchmarks.md.
@@ -188,6 +197,91 @@ def cosmos_estimate(name: str, dtype_bytes: int = 2) -> dict:
     qkv = n * d * dtype_bytes * 4
     mlp = n * m * (4 + dtype_bytes)
     peak_act = text + residual + max(qkv, mlp)
+    return {"weights": weights, "activations": peak_act, "scores": 0, "total": weights + peak_act}
+
+
+# Cosmos3 Edge (vidax.models.cosmos3.config.RELEASE_CONFIGS["Cosmos3-Edge"], video generation only: no sound or
+# action heads), a few layers: bench.compare config h's transformer with the release's vocabulary.
+COSMOS3_COMMON = dict(hidden_size=2048, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                      intermediate_size=9216, rms_norm_eps=1e-5, rope_theta=100000000.0, rope_axes_dim=[24, 20, 20],
+                      rope_scaling={"mrope_section": [24, 20, 20], "rope_type": "default"}, hidden_act="relu2",
+                      qk_norm_for_text=False, use_und_k_norm_for_gen=True, vocab_size=131072, latent_channel=48,
+                      latent_patch_size=2, patch_latent_dim=192, attention_bias=False, base_fps=24,
+                      enable_fps_modulation=True, timestep_scale=0.001, action_gen=False, sound_gen=False)
+COSMOS3_MODELS = {
+    # name: (Cosmos3OmniTransformer fields over COSMOS3_COMMON, (frames, height, width))
+    "cosmos3-edge-480p": (dict(num_hidden_layers=2), (121, 480, 832)),  # config h's layers, the paper row's size
+    # the release's full depth: sizes and FLOPs only (estimate, tests), not run
+    "cosmos3-edge": (dict(num_hidden_layers=28), (121, 480, 832)),
+    # a CPU-sized check of the script itself (tests), not a benchmark
+    "cosmos3-tiny": (dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=16, num_hidden_layers=1, rope_axes_dim=[4, 2, 2], vocab_size=512,
+                          rope_scaling={"mrope_section": [4, 2, 2], "rope_type": "default"}), (9, 64, 64)),
+}
+COSMOS3_BENCH_MODELS = ("cosmos3-edge-480p",)
+COSMOS3_PROMPT_TOKENS = (300, 260)  # the prompt's and the negative prompt's tokens (chat frame and sentences included)
+COSMOS3_GUIDANCE = 6.0
+COSMOS3_FPS = 24.0
+
+
+def cosmos3_config(name: str) -> dict:
+    """The model's ``Cosmos3OmniTransformer`` constructor arguments."""
+    fields, _ = COSMOS3_MODELS[name]
+    return {**COSMOS3_COMMON, **fields}
+
+
+def cosmos3_latent_shape(frames, height, width):
+    return (1, 48, (frames - 1) // 4 + 1, height // 16, width // 16)  # the Wan2.2 VAE: 48 channels, 16x spatial
+
+
+def cosmos3_tokens(name: str) -> int:
+    """Video tokens of the model's size (latent patches of 2x2)."""
+    _, _, t, hh, ww = cosmos3_latent_shape(*COSMOS3_MODELS[name][1])
+    return t * (-(-hh // 2)) * (-(-ww // 2))
+
+
+def cosmos3_step_flops(name: str, recompute: bool = False) -> float:
+    """Model FLOPs of one guided step (the prompt's and the negative prompt's rows, each over the same video tokens):
+    the generation stream's matmuls and attention over ``[video; prompt]`` keys, 2 FLOP per MAC. ``recompute``: plus
+    the understanding stream over each prompt (causal, counted as half the score matrix), which diffusers runs at
+    every step and vidax once per call."""
+    c = cosmos3_config(name)
+    d, m, hd = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    n = cosmos3_tokens(name)
+
+    def layer(s, keys):  # projections, scores and values, the squared-ReLU MLP (up, down)
+        return 2 * s * d * (q + 2 * kv) + 2 * s * q * d + 2 * 2 * s * keys * q + 2 * s * d * m * 2
+
+    total = 0.0
+    for L in COSMOS3_PROMPT_TOKENS:
+        total += c["num_hidden_layers"] * layer(n, n + L) + 2 * n * c["patch_latent_dim"] * d * 2
+        if recompute:
+            total += c["num_hidden_layers"] * layer(L, L / 2)
+    return float(total)
+
+
+def cosmos3_param_count(name: str) -> int:
+    """Parameters of the model for video generation (no ``lm_head``), counted on vidax's spec tree."""
+    from vidax.models.cosmos3.config import Cosmos3TransformerConfig
+    from vidax.models.cosmos3.planner import parameter_counts
+
+    return parameter_counts(Cosmos3TransformerConfig.from_dict(cosmos3_config(name)))["total"]
+
+
+def cosmos3_estimate(name: str, dtype_bytes: int = 2) -> dict:
+    """A rough peak-memory estimate of the guided gen step (2 rows) with a fused (flash-style) attention: weights, the
+    und cache, live activations."""
+    c = cosmos3_config(name)
+    d = c["hidden_size"]
+    rows, L = 2, max(COSMOS3_PROMPT_TOKENS)
+    n = rows * cosmos3_tokens(name)
+    weights = cosmos3_param_count(name) * dtype_bytes
+    cache = 2 * c["num_hidden_layers"] * rows * L * c["num_key_value_heads"] * c["head_dim"] * dtype_bytes
+    residual = n * d * 4 * 3  # fp32 stream, its normed copy, the layer output
+    qkv = n * (c["num_attention_heads"] + 2 * c["num_key_value_heads"]) * c["head_dim"] * dtype_bytes * 2
+    mlp = n * c["intermediate_size"] * (4 + dtype_bytes)
+    peak_act = cache + residual + max(qkv, mlp)
     return {"weights": weights, "activations": peak_act, "scores": 0, "total": weights + peak_act}
 
 
@@ -859,6 +953,155 @@ def part_diffusers_cosmos(name: str, steps: int) -> dict:
             "sdpa": "torch.nn.functional.scaled_dot_product_attention (default backend choice)"}
 
 
+def _cosmos3_prompts(cfg, seed: int = 0):
+    """Random prompt rows of :data:`COSMOS3_PROMPT_TOKENS` tokens: ``(rows (lists of ids), packed)``
+    (:func:`vidax.models.cosmos3.text.pack_prompts`: right-padded to a multiple of 64, as the pipeline packs them)."""
+    import numpy as np
+
+    from vidax.models.cosmos3.text import pack_prompts
+
+    rng = np.random.default_rng(seed)
+    rows = [[int(v) for v in rng.integers(0, cfg.vocab_size, n)] for n in COSMOS3_PROMPT_TOKENS]
+    return rows, pack_prompts(rows, pad_id=0, temporal_modality_margin=cfg.unified_3d_mrope_temporal_modality_margin)
+
+
+def part_vidax_cosmos3(name: str, steps: int, attention: str) -> dict:
+    """vidax's Cosmos3 programs as the pipeline runs them, on random bf16 parameters made on the device: the und
+    prefill of the two prompt rows (once per call; compiled ahead of time, timed over ``steps`` calls) and the guided
+    gen step with the und cache resident (the latents cast and repeated for the rows, the guidance on the float32
+    velocity: :func:`vidax.models.cosmos3.planner.step_hooks`; the layers under ``lax.scan``), compiled ahead of time,
+    ``steps`` timed calls after one warm-up."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vidax.core.attention import ran_label, recording
+    from vidax.core.params import abstract_params
+    from vidax.models.cosmos3.config import Cosmos3TransformerConfig
+    from vidax.models.cosmos3.planner import Cosmos3Model, compile_resident, step_hooks
+    from vidax.models.cosmos3.text import vision_position_ids
+    from vidax.models.cosmos3.transformer import transformer_specs
+
+    requested, attention = attention, _attention_request(attention)
+    if attention == "auto":
+        from vidax.core.attention import resolve_implementation
+
+        attention = resolve_implementation(attention).value
+    cfg = Cosmos3TransformerConfig.from_dict(cosmos3_config(name))
+    shape = cosmos3_latent_shape(*COSMOS3_MODELS[name][1])
+    dtype = jnp.bfloat16
+    t0 = time.perf_counter()
+    params, weight_bytes = _device_params(abstract_params(transformer_specs(cfg), dtype))
+    init_s = time.perf_counter() - t0
+    _, packed = _cosmos3_prompts(cfg)
+    _, _, t, h, w = shape
+    grid = (t, -(-h // 2), -(-w // 2))
+    vpos = np.stack([vision_position_ids(*grid, off, fps=COSMOS3_FPS, base_fps=float(cfg.base_fps))[0]
+                     for off in packed.vision_offsets]).astype(np.float32)
+    lengths = jnp.asarray(packed.lengths)
+    x = jax.random.normal(jax.random.key(1), shape, jnp.float32)
+    inputs = {"prefill": (jnp.asarray(packed.input_ids), jnp.asarray(packed.position_ids), lengths),
+              "args": (lengths, x, jnp.full((2,), 999.0, jnp.float32), jnp.asarray(vpos),
+                       jnp.ones((2, t), jnp.float32)),
+              "finish_args": (jnp.float32(COSMOS3_GUIDANCE),)}
+    prepare, finish = step_hooks(dtype, True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught, recording() as ran:  # a kernel falling back, say
+        warnings.simplefilter("always")
+        kv = (cfg.num_hidden_layers, 2, packed.input_ids.shape[1], cfg.num_key_value_heads, cfg.head_dim)
+        from vidax.models.cosmos3.transformer import UndCache
+
+        inputs["cache"] = UndCache(*(jax.ShapeDtypeStruct(kv, dtype) for _ in range(2)))
+        prefill, step = compile_resident(Cosmos3Model(cfg), None, params, inputs, prepare=prepare, finish=finish,
+                                         attention=attention, options=None, single_device=True)
+    compile_s = time.perf_counter() - t0
+    temp, xla_flops = _xla_figures(step)
+    cache = jax.block_until_ready(prefill(params, *inputs["prefill"]))
+    prefill_first, prefill_s = _timed_steps(lambda: jax.block_until_ready(prefill(params, *inputs["prefill"])), steps)
+    first_s, times = _timed_steps(
+        lambda: step(params, cache, inputs["args"], inputs["finish_args"]).block_until_ready(), steps)
+    peak, limit = _dev_peak()
+    return {"part": "vidax", "model": name, "attention": ran_label(ran, attention), "attention_requested": requested,
+            "warnings": sorted({str(m.message)[:200] for m in caught}), "dtype": "bfloat16",
+            "tokens": cosmos3_tokens(name), "text_tokens": list(COSMOS3_PROMPT_TOKENS),
+            "padded_text_tokens": int(packed.input_ids.shape[1]),
+            "init_s": init_s, "compile_s": compile_s, "first_step_s": first_s, "step_s": times,
+            "prefill_s": prefill_s, "peak_device_bytes": peak, "device_bytes_limit": limit,
+            "weight_bytes": weight_bytes, "xla_temp_bytes": temp, "xla_flops": xla_flops,
+            "model_flops": cosmos3_step_flops(name), "jax": jax.__version__}
+
+
+def part_diffusers_cosmos3(name: str, steps: int) -> dict:
+    """diffusers' ``Cosmos3OmniTransformer`` built in bf16 on the device (random init), one guided step as
+    ``Cosmos3OmniPipeline.__call__`` runs it: for the prompt and the negative prompt one transformer call over the
+    joint sequence (the und stream over the prompt recomputed, then the generation tokens), packed by the pipeline's
+    own ``_prepare_text_segment`` / ``_prepare_vision_segment``, then ``uncond + s (cond - uncond)``,
+    ``torch.no_grad()``."""
+    from types import SimpleNamespace
+
+    import torch
+    from diffusers import Cosmos3OmniPipeline, Cosmos3OmniTransformer
+
+    from vidax.models.cosmos3.config import Cosmos3TransformerConfig
+
+    cfg = cosmos3_config(name)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    torch.set_default_dtype(torch.bfloat16)  # built directly in bf16 on the device
+    try:
+        with dev:
+            model = Cosmos3OmniTransformer(**cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    sync()
+    init_s = time.perf_counter() - t0
+    shim = SimpleNamespace(transformer=model, vae_scale_factor_temporal=4)  # what the packing helpers read
+    rows, _ = _cosmos3_prompts(Cosmos3TransformerConfig.from_dict(cfg))
+    gen = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(cosmos3_latent_shape(*COSMOS3_MODELS[name][1]), generator=gen, device=dev).to(torch.bfloat16)
+    packs = []
+    for ids in rows:
+        text = Cosmos3OmniPipeline._prepare_text_segment(shim, ids, device=dev)
+        vision = Cosmos3OmniPipeline._prepare_vision_segment(shim, x, False, text["vision_start_temporal_offset"],
+                                                             COSMOS3_FPS, text["und_len"], device=dev)
+        packs.append({**text, **vision,
+                      "position_ids": torch.cat([text["text_mrope_ids"], vision["vision_mrope_ids"]], dim=1),
+                      "sequence_length": text["und_len"] + vision["num_vision_tokens"]})
+    vt = torch.full((packs[0]["num_noisy_vision_tokens"],), 999, device=dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        preds = []
+        with torch.no_grad():
+            for s in packs:
+                out = model(input_ids=s["input_ids"], text_indexes=s["text_indexes"], position_ids=s["position_ids"],
+                            und_len=s["und_len"], sequence_length=s["sequence_length"], vision_tokens=[x],
+                            vision_token_shapes=s["vision_token_shapes"],
+                            vision_sequence_indexes=s["vision_sequence_indexes"],
+                            vision_mse_loss_indexes=s["vision_mse_loss_indexes"], vision_timesteps=vt,
+                            vision_noisy_frame_indexes=s["vision_noisy_frame_indexes"], return_dict=False)
+                preds.append(out[0][0].float())
+            cond, uncond = preds
+            out = uncond + COSMOS3_GUIDANCE * (cond - uncond)
+        sync()
+        return out
+
+    first_s, times = _timed_steps(step, steps)
+    import diffusers
+
+    return {"part": "diffusers", "model": name, "dtype": "bfloat16", "tokens": cosmos3_tokens(name),
+            "text_tokens": list(COSMOS3_PROMPT_TOKENS), "init_s": init_s, "first_step_s": first_s, "step_s": times,
+            "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else 0,
+            "device": str(dev), "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "model_flops": cosmos3_step_flops(name), "recompute_flops": cosmos3_step_flops(name, recompute=True),
+            "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "sdpa": "the transformer's attention dispatch (default backend choice)"}
+
+
 def part_estimate() -> dict:
     out = {}
     for name in BENCH_MODELS:
@@ -874,17 +1117,23 @@ def part_estimate() -> dict:
     for name in COSMOS_BENCH_MODELS:
         for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
             out[f"{name}/{dt}/fused"] = cosmos_estimate(name, nbytes)
+    for name in COSMOS3_BENCH_MODELS:
+        for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
+            out[f"{name}/{dt}/fused"] = cosmos3_estimate(name, nbytes)
     return {"part": "estimate", "estimates": out,
             "params": {**{n: param_count(n) for n in BENCH_MODELS}, **{n: hv_param_count(n) for n in HV_BENCH_MODELS},
                        **{n: hv15_param_count(n) for n in HV15_BENCH_MODELS},
-                       **{n: cosmos_param_count(n) for n in COSMOS_BENCH_MODELS}},
+                       **{n: cosmos_param_count(n) for n in COSMOS_BENCH_MODELS},
+                       **{n: cosmos3_param_count(n) for n in COSMOS3_BENCH_MODELS}},
             "model_flops": {**{n: step_flops(n) for n in BENCH_MODELS},
                             **{n: hv_step_flops(n) for n in HV_BENCH_MODELS},
                             **{n: hv15_step_flops(n) for n in HV15_BENCH_MODELS},
-                            **{n: cosmos_step_flops(n) for n in COSMOS_BENCH_MODELS}},
+                            **{n: cosmos_step_flops(n) for n in COSMOS_BENCH_MODELS},
+                            **{n: cosmos3_step_flops(n) for n in COSMOS3_BENCH_MODELS}},
             "tokens": {**{n: tokens(n) for n in BENCH_MODELS}, **{n: hv_tokens(n) for n in HV_BENCH_MODELS},
                        **{n: hv15_tokens(n) for n in HV15_BENCH_MODELS},
-                       **{n: cosmos_tokens(n) for n in COSMOS_BENCH_MODELS}}}
+                       **{n: cosmos_tokens(n) for n in COSMOS_BENCH_MODELS},
+                       **{n: cosmos3_tokens(n) for n in COSMOS3_BENCH_MODELS}}}
 
 
 def machine_env() -> dict:
@@ -934,6 +1183,8 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
             f"{HV_TEXT_VALID} valid; HunyuanVideo-1.5: CFG batch 2, {HV15_TEXT_LEN} Qwen tokens of which "
             f"{HV15_TEXT_VALID} valid and {HV15_GLYPH_LEN} byT5 tokens (diffusers adds {HV15_IMAGE_TOKENS} masked "
             f"image tokens); Cosmos-Predict2.5: CFG batch 2, {COSMOS_TEXT_LEN} text tokens (no mask); "
+            f"Cosmos3: CFG rows 2 of {' and '.join(map(str, COSMOS3_PROMPT_TOKENS))} prompt tokens (vidax: the "
+            f"understanding stream once per call, its time apart; diffusers: in each of its two calls per step); "
             f"measured bf16 matmul rate {rate:.0f} TFLOP/s (8192^3)."
             if rate else "No matmul rate measured.",
         ]
@@ -943,7 +1194,8 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
                   "Until then: the memory estimate of `python bench/gpu_step.py estimate`."]
     lines += ["", "| model | engine | attention | compile s | step s (median) | MFU vs measured matmul | peak device GiB |",
               "|---|---|---|---|---|---|---|"]
-    for name in BENCH_MODELS + HV_BENCH_MODELS + HV15_BENCH_MODELS + COSMOS_BENCH_MODELS if ran else ():
+    for name in (BENCH_MODELS + HV_BENCH_MODELS + HV15_BENCH_MODELS + COSMOS_BENCH_MODELS + COSMOS3_BENCH_MODELS
+                 if ran else ()):
         keys = sorted(k for k in res if k.startswith(f"vidax-{name}")) or [f"vidax-{name}"]
         for key in keys + [f"diffusers-{name}"]:
             eng = key.split("-")[0]
@@ -981,7 +1233,7 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
         p = res["estimate"]
         lines += ["", "Sizes: " + "; ".join(
             f"{n}: {p['params'][n] / 1e9:.2f} B parameters, "
-            f"{p['tokens'][n]} {'video ' if n in HV_MODELS or n in HV15_MODELS or n in COSMOS_MODELS else ''}"
+            f"{p['tokens'][n]} {'' if n in MODELS else 'video '}"
             f"tokens, {p['model_flops'][n] / 1e15:.2f} PFLOP per {'step' if n in HV_MODELS else 'guided step'}"
             for n in p["params"]) + "."]
         lines += ["", "Memory estimate before the run (weights + largest live activations, GiB; H200 has ~139):", "",
@@ -1006,7 +1258,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("part", choices=["matmul", "vidax", "diffusers", "estimate", "report"])
     p.add_argument("results", nargs="?", help="report: the folder of JSON files")
-    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS) + sorted(HV15_MODELS) + sorted(COSMOS_MODELS),
+    p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS) + sorted(HV15_MODELS) + sorted(COSMOS_MODELS)
+                   + sorted(COSMOS3_MODELS),
                    default="1.3b-480p")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--attention", default="chunked",
@@ -1024,18 +1277,19 @@ def main(argv=None) -> int:
     if args.part == "vidax":
         name += f"-{args.attention}"
     hv, hv15, cosmos = args.model in HV_MODELS, args.model in HV15_MODELS, args.model in COSMOS_MODELS
+    cosmos3 = args.model in COSMOS3_MODELS
     try:
         if args.part == "matmul":
             r = part_matmul()
         elif args.part == "estimate":
             r = part_estimate()
         elif args.part == "vidax":
-            run = (part_vidax_cosmos if cosmos else part_vidax_hv15 if hv15 else part_vidax_hv if hv
-                   else part_vidax)
+            run = (part_vidax_cosmos3 if cosmos3 else part_vidax_cosmos if cosmos else part_vidax_hv15 if hv15
+                   else part_vidax_hv if hv else part_vidax)
             r = run(args.model, args.steps, args.attention)
         else:
-            run = (part_diffusers_cosmos if cosmos else part_diffusers_hv15 if hv15 else part_diffusers_hv if hv
-                   else part_diffusers)
+            run = (part_diffusers_cosmos3 if cosmos3 else part_diffusers_cosmos if cosmos else part_diffusers_hv15
+                   if hv15 else part_diffusers_hv if hv else part_diffusers)
             r = run(args.model, args.steps)
     except Exception as e:  # keep the other parts' results: record the failure
         import traceback

@@ -98,6 +98,33 @@ def test_compare_configs_are_consistent():
     gpu = gpu_step.cosmos_config("cosmos-720p")
     assert all(gpu[k] == (tuple(v) if isinstance(v, list) else v) for k, v in t.items())
     assert gpu["crossattn_proj_in_channels"] == release["crossattn_proj_in_channels"] == 100352
+    # config h: Cosmos3 Edge width (2048 = 16 x 128 over 8 kv heads, MLP 9216, the Nemotron variants) as the
+    # release's config, a few of its 28 layers, the Wan2.2 VAE at its release width (config b's)
+    from vidax.models.cosmos3.config import RELEASE_CONFIGS, Cosmos3TransformerConfig
+
+    h = CONFIGS["h"]
+    t, edge = h.transformer, RELEASE_CONFIGS["Cosmos3-Edge"]
+    assert h.family == "cosmos3" and FAMILIES["cosmos3"].cfg_halves == 2 and h.vae == CONFIGS["b"].vae
+    for k, v in t.items():
+        if k == "num_hidden_layers":
+            assert 2 <= v < edge[k] == 28
+        elif k == "rope_axes_dim":
+            assert v == list(edge["rope_scaling"]["mrope_section"])
+        elif k == "rope_scaling":
+            assert list(v["mrope_section"]) == list(edge[k]["mrope_section"])
+        else:
+            assert v == edge[k], k
+    from vidax.models.cosmos3.demo import transformer_config
+
+    built = Cosmos3TransformerConfig.from_dict(transformer_config(1000, edge=True, **t))  # as the writer builds it
+    assert (built.nemotron, built.has_k_norm_und_for_gen, built.hidden_size, built.intermediate_size) == (
+        True, True, 2048, 9216)
+    # 5x128x128 -> latents (1, 48, 2, 8, 8) -> 2 x 4 x 4 patches of 2x2
+    assert FAMILIES["cosmos3"].tokens(h, *h.base) == 32
+    gpu = gpu_step.cosmos3_config("cosmos3-edge-480p")
+    assert all(gpu[k] == v for k, v in t.items()) and gpu["vocab_size"] == edge["vocab_size"]
+    assert all(gpu[k] == edge[k] for k in edge if k in gpu and k not in ("action_gen", "sound_gen", "rope_axes_dim",
+                                                                         "rope_scaling", "num_hidden_layers"))
 
 
 def test_gpu_step_flops_and_estimates():
@@ -118,6 +145,12 @@ def test_gpu_step_flops_and_estimates():
     # Cosmos-Predict2.5 at 1280x704, 93 frames: latents (24, 88, 160), patches of 2x2
     assert gpu_step.cosmos_tokens("cosmos-720p") == 24 * 44 * 80
     assert gpu_step.cosmos_estimate("cosmos-720p")["total"] < 139 * 2**30
+    # Cosmos3 Edge at 832x480, 121 frames: latents (31, 30, 52), patches of 2x2
+    assert gpu_step.cosmos3_tokens("cosmos3-edge-480p") == 31 * 15 * 26
+    assert gpu_step.cosmos3_estimate("cosmos3-edge-480p")["total"] < 139 * 2**30
+    # diffusers recomputes the understanding stream over both prompts at every step; vidax once per call
+    assert gpu_step.cosmos3_step_flops("cosmos3-edge-480p", recompute=True) > gpu_step.cosmos3_step_flops(
+        "cosmos3-edge-480p")
 
 
 def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
@@ -152,6 +185,14 @@ def test_gpu_step_hunyuanvideo_parameter_counts_match_diffusers():
             ref = sum(p.numel() for p in CosmosTransformer3DModel(**cfg).parameters())
         assert gpu_step.cosmos_param_count(name) == ref, name
     assert abs(gpu_step.cosmos_param_count("cosmos-2b") / 2.06e9 - 1) < 0.01
+    from diffusers import Cosmos3OmniTransformer
+
+    for name in ("cosmos3-edge-480p", "cosmos3-edge"):  # the full depth is the Edge release (video generation)
+        with torch.device("meta"):
+            ref = sum(p.numel() for n, p in Cosmos3OmniTransformer(**gpu_step.cosmos3_config(name)).named_parameters()
+                      if not n.startswith("lm_head."))
+        assert gpu_step.cosmos3_param_count(name) == ref, name
+    assert abs(gpu_step.cosmos3_param_count("cosmos3-edge") / 3.09e9 - 1) < 0.01
 
 
 def test_compile_study_unrolled_matches_scan():
@@ -300,6 +341,34 @@ def test_gpu_step_cosmos_parts_run_on_a_tiny_model(tmp_path):
     assert "cosmos-720p: 0.26 B parameters, 84480 video tokens" in text
 
 
+def test_gpu_step_cosmos3_parts_run_on_a_tiny_model(tmp_path):
+    """The GPU script's Cosmos3 parts (vidax: the und prefill and the guided gen step; diffusers: two joint-sequence
+    calls per step) against the engines' current APIs, on a tiny model on the CPU; the report renders their rows."""
+    pytest.importorskip("diffusers")
+    from bench import gpu_step
+
+    res = tmp_path / "res"
+    res.mkdir()
+    for part in ("vidax", "diffusers"):
+        args = [part, "--model", "cosmos3-tiny", "--steps", "1", "--out-dir", str(res)]
+        assert gpu_step.main(args + (["--attention", "auto"] if part == "vidax" else [])) == 0
+    v = json.loads((res / "vidax-cosmos3-tiny-auto.json").read_text())
+    d = json.loads((res / "diffusers-cosmos3-tiny.json").read_text())
+    for r in (v, d):  # 9x64x64 -> latents (3, 4, 4) -> 3 x 2 x 2 patches of 2x2
+        assert len(r["step_s"]) == 1 and r["tokens"] == 3 * 2 * 2 and r["model_flops"] > 0 and r["weight_bytes"] > 0
+        assert r["text_tokens"] == [300, 260]
+    assert v["padded_text_tokens"] == 320 and len(v["prefill_s"]) == 1 and d["recompute_flops"] > d["model_flops"]
+    for r, name in ((v, "vidax-cosmos3-edge-480p-auto.json"), (d, "diffusers-cosmos3-edge-480p.json")):
+        (res / name).write_text(json.dumps({**r, "model": "cosmos3-edge-480p"}))
+    (res / "matmul.json").write_text(json.dumps({"tflops": 700.0, "device": "cuda:0"}))
+    docs = tmp_path / "benchmarks.md"
+    gpu_step.report(res, docs)
+    text = docs.read_text()
+    assert f"| cosmos3-edge-480p | vidax | {v['attention']} (auto) |" in text
+    assert "| cosmos3-edge-480p | diffusers | sdpa |" in text and "Cosmos3: CFG rows 2 of 300 and 260" in text
+    assert "cosmos3-edge-480p: 0.48 B parameters, 12090 video tokens" in text
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
     """``GPU_BENCH_DRY_RUN=1 bash bench/gpu.sh`` runs nothing and prints each part's command: all of them parse with
@@ -333,12 +402,16 @@ def test_gpu_script_dry_run_lists_parts_the_step_script_accepts(tmp_path):
     assert [(a.part, a.model) for a in cosmos] == [("matmul", "1.3b-480p"), ("diffusers", "cosmos-720p"),
                                                    ("vidax", "cosmos-720p")] and cosmos[2].attention == "auto"
     assert not any(a.model.startswith("cosmos") for a in every)
+    cosmos3 = parts("cosmos3")  # likewise asked for by name
+    assert [(a.part, a.model) for a in cosmos3] == [("matmul", "1.3b-480p"), ("diffusers", "cosmos3-edge-480p"),
+                                                    ("vidax", "cosmos3-edge-480p")] and cosmos3[2].attention == "auto"
+    assert [a.model for a in parts("cosmos cosmos3") if a.part == "vidax"] == ["cosmos-720p", "cosmos3-edge-480p"]
     assert [a.model for a in parts("hv15 cosmos wan14") if a.part == "vidax"] == ["hv15-720p", "cosmos-720p",
                                                                                  "14b-720p"]
 
 
 @pytest.mark.parametrize("family", ["wan2.2-ti2v", "cogvideox", "ltx", "hunyuanvideo", "hunyuanvideo-1.5",
-                                    "cosmos-predict2.5"])
+                                    "cosmos-predict2.5", "cosmos3"])
 def test_compare_contenders_compute_the_same_step(family, tmp_path):
     """The two contenders of each added family, on a tiny checkpoint of that family: the guided step each times
     gives the same noise prediction (the comparison compares one computation), and both decode to the same video."""
@@ -377,7 +450,7 @@ def test_compare_contenders_compute_the_same_step(family, tmp_path):
     if family == "ltx":  # vidax decodes to [0, 1] frames (B, F, H, W, 3), diffusers to raw (B, 3, F, H, W) output
         raw = np.clip(videos["diffusers"].transpose(0, 2, 3, 4, 1) / 2 + 0.5, 0, 1)
         assert videos["vidax"].shape == raw.shape and np.abs(videos["vidax"] - raw).max() < 1e-4
-    if family in ("hunyuanvideo", "hunyuanvideo-1.5", "cosmos-predict2.5"):  # both: [0, 1] frames (B, F, H, W, 3)
+    if family in ("hunyuanvideo", "hunyuanvideo-1.5", "cosmos-predict2.5", "cosmos3"):  # [0, 1] frames (B, F, H, W, 3)
         assert videos["vidax"].shape == videos["diffusers"].shape == (1, 9, 64, 64, 3)
         assert np.abs(videos["vidax"] - videos["diffusers"]).max() < 1e-4
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vidax.models.cosmos3.presets import DEFAULT_FPS, DEFAULT_GUIDANCE_SCALE, DEFAULT_STEPS, PRESETS
-from vidax.models.registry import Demo, Family
+from vidax.models.registry import Demo, Family, Plan
 
 TEMPORAL, MULTIPLE = 4, 16  # the Wan2.2 VAE compresses time 4x and space 16x
 #: The most frames and pixels a call may ask for (the reference has no bound; vidax bounds the sequence before
@@ -121,6 +121,22 @@ def _write_edge_demo(folder: Path, task: str) -> Path:
     return write_demo_checkpoint(folder, edge=True)
 
 
+def _architecture(preset: Any, folder: Path | None):
+    from vidax.models.cosmos3.planner import folder_architecture, preset_architecture
+
+    return folder_architecture(folder) if folder is not None else preset_architecture(preset)
+
+
+def _plan(architecture, *, guided: bool = True, model: str | None = None, call: dict | None = None, **kw):
+    """The registry's planner call (:func:`vidax.models.cosmos3.planner.plan_cosmos3`); ``guided`` is ``guidance_scale
+    != 1`` (the reference's test: prompt and negative prompt rows in the prefill and every step)."""
+    from vidax.models.cosmos3.planner import plan_cosmos3
+
+    if call and call.get("guidance_scale") is not None:
+        guided = call["guidance_scale"] != 1.0
+    return plan_cosmos3(architecture, guided=guided, model_name=model, **kw)
+
+
 def _demo_settings(task: str) -> dict[str, Any]:
     return dict(height=32, width=48, num_frames=9, num_inference_steps=4, guidance_scale=DEFAULT_GUIDANCE_SCALE,
                 dtype="float32")
@@ -147,6 +163,7 @@ FAMILY = Family(
                 lambda task: "cosmos3-distilled-demo",
                 note="distilled Cosmos3 (4 fixed steps, stochastic flow Euler, guidance baked in)")),
     folder_tasks=_tasks,
+    plan=Plan(architecture=_architecture, plan=_plan),
     inspect=_inspect,
     convert=_convert,
     check=_check,
