@@ -5,15 +5,19 @@ Random weights (norm scales, latent statistics and snake parameters randomised t
 with ``save_pretrained`` and read back through our strict loaders.
 """
 
+import av
 import numpy as np
 import pytest
 import torch
 from diffusers import AutoencoderKLLTX2Audio
+from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline
 
 from vidax.checkpoint.loader import plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
-from vidax.models.ltx2 import audio_vae as av
+from vidax.models.ltx2 import audio_vae as avae
+from vidax.models.ltx2 import vocoder as vc
+from vidax.video import read_audio, read_video, write_video
 
 # "2.5": the released layout at a tiny width (pixel norms, causal in time, no attention), with
 # latent_channels * latent mel bins == base_channels as in the release (8 x 16 == 128).
@@ -41,13 +45,13 @@ def vae(request, tmp_path_factory):
                 p.copy_(torch.rand_like(p) + 0.5 if positive else 0.3 * torch.randn_like(p))
     path = tmp_path_factory.mktemp(f"ltx2_audio_vae_{request.param}")
     model.save_pretrained(path)
-    cfg, params = av.load_audio_vae(path)
+    cfg, params = avae.load_audio_vae(path)
     return request.param, model, cfg, params, path
 
 
 def test_audio_vae_keymap_covers_checkpoint(vae):
     _, _, cfg, _, path = vae
-    plan = plan_load(CheckpointReader(path), av.audio_vae_keymap(cfg), av.audio_vae_specs(cfg), source=str(path))
+    plan = plan_load(CheckpointReader(path), avae.audio_vae_keymap(cfg), avae.audio_vae_specs(cfg), source=str(path))
     assert len(plan) == sum(1 for _ in CheckpointReader(path).keys())
 
 
@@ -58,7 +62,7 @@ def test_audio_vae_decoder_matches_reference(vae):
     z = rng.standard_normal((2, cfg.latent_channels, 5, m)).astype(np.float32)
     with torch.no_grad():
         ref = model.decode(torch.from_numpy(z)).sample.numpy()
-    out = np.asarray(av.decode(params, cfg, z))
+    out = np.asarray(avae.decode(params, cfg, z))
     if name == "2.5":
         assert out.shape == ref.shape == (2, 2, 4 * 5 - 3, 16)
         assert _rel(out, ref) < 1e-5
@@ -76,7 +80,7 @@ def test_audio_vae_encoder_matches_reference(vae):
     mel = np.random.default_rng(2).standard_normal((1, cfg.in_channels, 17, cfg.mel_bins)).astype(np.float32)
     with torch.no_grad():
         ref = model.encode(torch.from_numpy(mel)).latent_dist.mode().numpy()
-    out = np.asarray(av.encode(params, cfg, mel))
+    out = np.asarray(avae.encode(params, cfg, mel))
     assert out.shape == ref.shape
     assert _rel(out, ref) < 1e-5
 
@@ -89,20 +93,16 @@ def test_audio_latent_statistics_match_pipeline(vae):
     mean, std = model.latents_mean, model.latents_std
     packed = LTX2Pipeline._pack_audio_latents(torch.from_numpy(z))
     ref = LTX2Pipeline._unpack_audio_latents(LTX2Pipeline._denormalize_audio_latents(packed, mean, std), 6, 4).numpy()
-    out = np.asarray(av.denormalize_latents(params, z))
+    out = np.asarray(avae.denormalize_latents(params, z))
     assert _rel(out, ref) < 1e-6
     back = LTX2Pipeline._normalize_audio_latents(packed, mean, std).numpy()
-    assert _rel(av.pack_latents(av.normalize_latents(params, z)), back) < 1e-6
-    np.testing.assert_allclose(av.normalize_latents(params, av.denormalize_latents(params, z)), z, atol=1e-5)
+    assert _rel(avae.pack_latents(avae.normalize_latents(params, z)), back) < 1e-6
+    np.testing.assert_allclose(avae.normalize_latents(params, avae.denormalize_latents(params, z)), z, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
 # Vocoders
 # ---------------------------------------------------------------------------------------------
-
-from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE  # noqa: E402
-
-from vidax.models.ltx2 import vocoder as vc  # noqa: E402
 
 _STAGE = dict(hidden_channels=32, upsample_kernel_sizes=[7, 3], upsample_factors=[3, 1], resnet_kernel_sizes=[3, 5],
               resnet_dilations=[[1, 3], [1, 2]])
@@ -114,8 +114,9 @@ VOCODER_TINY = {
     # LTX-2.3 / 2.5's kind: BigVGAN-v2 stages (anti-aliased SnakeBeta), causal log-mel, x3 BWE (hop 2: 6 = 3 x 2
     # samples per BWE mel frame); 3 samples per mel frame in the first stage, so odd lengths take the hop padding.
     "2.5": (LTX2VocoderWithBWE, dict(
-        in_channels=16, **_STAGE, bwe_in_channels=16, bwe_hidden_channels=16, bwe_upsample_kernel_sizes=[7, 4],
-        bwe_upsample_factors=[3, 2], bwe_resnet_kernel_sizes=[3], bwe_resnet_dilations=[[1, 3]], filter_length=8,
+        in_channels=16, **{**_STAGE, "resnet_kernel_sizes": [3], "resnet_dilations": [[1, 2]]}, bwe_in_channels=16,
+        bwe_hidden_channels=16, bwe_upsample_kernel_sizes=[7, 4], bwe_upsample_factors=[3, 2],
+        bwe_resnet_kernel_sizes=[3], bwe_resnet_dilations=[[1, 3]], filter_length=8,
         hop_length=2, window_length=8, num_mel_channels=8, input_sampling_rate=100, output_sampling_rate=300)),
 }
 
@@ -141,6 +142,7 @@ def vocoder(request, tmp_path_factory):
     return request.param, model, cfg, params
 
 
+@pytest.mark.filterwarnings("ignore:Accessing config attribute `hop_length`")
 def test_vocoder_matches_reference(vocoder):
     name, model, cfg, params = vocoder
     mel = np.random.default_rng(4).standard_normal((2, 2, 7, 8)).astype(np.float32)
@@ -159,3 +161,50 @@ def test_vocoder_matches_reference(vocoder):
     samples = 7 * 3 * (3 if name == "2.5" else 1)
     assert out.shape == ref.shape == (2, 2, samples)
     assert _rel(out, ref) < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# The audio track of the mp4
+# ---------------------------------------------------------------------------------------------
+
+
+def _tone(channels, rate, seconds):
+    t = np.arange(int(rate * seconds)) / rate
+    return np.stack([0.5 * np.sin(2 * np.pi * 440 * (c + 1) * t) for c in range(channels)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("channels,rate", [(2, 48000), (1, 24000)])
+def test_mp4_carries_the_audio_track(tmp_path, channels, rate):
+    frames = (np.random.default_rng(5).random((25, 32, 48, 3)) * 255).astype(np.uint8)
+    audio = _tone(channels, rate, 25 / 24 + 0.01)  # a few samples past the video's end, not whole AAC frames
+    path = write_video(frames, tmp_path / "avae.mp4", fps=24, audio=audio, sample_rate=rate)
+    decoded, got_rate, duration = read_audio(path)
+    assert got_rate == rate and decoded.shape[0] == channels
+    # The container states the track's length to within one AAC frame (1024 samples); decoding gives whole frames.
+    assert abs(duration - audio.shape[1] / rate) <= 1024 / rate
+    assert audio.shape[1] <= decoded.shape[1] <= audio.shape[1] + 2 * 1024
+    rms = lambda x: float(np.sqrt(np.mean(np.square(x))))  # noqa: E731
+    assert abs(rms(decoded[:, 2048:audio.shape[1] - 2048]) - rms(audio)) < 0.05 * rms(audio)  # a lossy codec
+    # The video stream is the one written without audio (same frames and rate), and that file has no audio stream.
+    video, fps = read_video(path)
+    plain = write_video(frames, tmp_path / "v.mp4", fps=24)
+    plain_video, plain_fps = read_video(plain)
+    np.testing.assert_array_equal(video, plain_video)
+    assert fps == plain_fps == 24 and video.shape == frames.shape
+    with av.open(str(plain)) as container:
+        assert not container.streams.audio
+
+
+@pytest.mark.parametrize("audio,rate,match", [
+    (np.zeros((3, 100), np.float32), 48000, "1 or 2 channels"),
+    (np.zeros(100, np.float32), 48000, "1 or 2 channels"),
+    (np.full((2, 100), np.nan, np.float32), 48000, "NaN"),
+    (np.zeros((2, 100), np.int16), 48000, "float"),
+    (np.zeros((2, 100), np.float32), 12345, "AAC encoder takes"),
+    (np.zeros((2, 100), np.float32), None, "sample_rate"),
+])
+def test_bad_audio_refused_before_any_file(tmp_path, audio, rate, match):
+    with pytest.raises(ValueError, match=match):
+        write_video(np.zeros((2, 16, 16, 3), np.uint8), tmp_path / "sub" / "x.mp4", fps=8, audio=audio,
+                    sample_rate=rate)
+    assert not (tmp_path / "sub").exists()
