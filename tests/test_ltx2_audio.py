@@ -16,6 +16,7 @@ from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline
 from vidax.checkpoint.loader import plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx2 import audio_vae as avae
+from vidax.models.ltx2.audio import decode_audio
 from vidax.models.ltx2 import vocoder as vc
 from vidax.video import read_audio, read_video, write_video
 
@@ -161,6 +162,41 @@ def test_vocoder_matches_reference(vocoder):
     samples = 7 * 3 * (3 if name == "2.5" else 1)
     assert out.shape == ref.shape == (2, 2, samples)
     assert _rel(out, ref) < 1e-5
+
+
+@pytest.mark.filterwarnings("ignore:Accessing config attribute `hop_length`")
+def test_latents_to_waveform_matches_pipeline_stages(vocoder, tmp_path):
+    """LTX2Pipeline's last stage on the 2.5 kind: denormalise the packed tokens, unpack, audio_vae.decode, vocoder."""
+    name, voc, voc_cfg, voc_params = vocoder
+    if name != "2.5":
+        pytest.skip("the chain is checked with the LTX-2.3 / 2.5 vocoder")
+    torch.manual_seed(1)
+    # 8 mel bins (the tiny vocoder's), 2 latent mel bins x 8 latent channels == base_channels 16.
+    vae = AutoencoderKLLTX2Audio(base_channels=16, ch_mult=(1, 2, 4), num_res_blocks=1, latent_channels=8,
+                                 mel_bins=8).eval()
+    with torch.no_grad():
+        vae.latents_mean.copy_(0.3 * torch.randn_like(vae.latents_mean))
+        vae.latents_std.copy_(torch.rand_like(vae.latents_std) + 0.5)
+    vae.save_pretrained(tmp_path)
+    vae_cfg, vae_params = avae.load_audio_vae(tmp_path)
+    z = np.random.default_rng(6).standard_normal((1, 8, 4, 2)).astype(np.float32)
+    with torch.no_grad():
+        tokens = LTX2Pipeline._pack_audio_latents(torch.from_numpy(z))
+        latents = LTX2Pipeline._unpack_audio_latents(
+            LTX2Pipeline._denormalize_audio_latents(tokens, vae.latents_mean, vae.latents_std), 4, num_mel_bins=2)
+        voc.vocoder.final_act_fn = "clamp"  # upstream's first-stage clamp, restated (test_vocoder_matches_reference)
+        ref = voc(vae.decode(latents).sample).numpy()
+        voc.vocoder.final_act_fn = None
+    out, rate = decode_audio(vae_params, vae_cfg, voc_params, voc_cfg, z)
+    assert rate == 300 and out.shape == ref.shape == (1, 2, (4 * 4 - 3) * 3 * 3)
+    assert _rel(out, ref) < 1e-5
+
+
+def test_audio_latent_frames():
+    cfg = avae.LTX2AudioVAEConfig()
+    assert cfg.latents_per_second == 25.0
+    assert cfg.latent_frames(121, 24.0) == 126  # round(121 / 24 * 25) = round(126.04)
+    assert cfg.decoded_frames(126) == 501 and avae.LTX2AudioVAEConfig(causality_axis="none").decoded_frames(126) == 504
 
 
 # ---------------------------------------------------------------------------------------------

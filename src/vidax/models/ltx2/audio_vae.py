@@ -36,7 +36,6 @@ Precision
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -148,6 +147,16 @@ class LTX2AudioVAEConfig:
     @property
     def has_attention(self) -> bool:
         return bool(self.attn_resolutions)
+
+    @property
+    def latents_per_second(self) -> float:
+        """Latent frames per second of audio (16000 / 160 / 4 = 25)."""
+        return self.sample_rate / self.mel_hop_length / LATENT_DOWNSAMPLE_FACTOR
+
+    def latent_frames(self, num_frames: int, frame_rate: float) -> int:
+        """Audio latent frames for a video of ``num_frames`` at ``frame_rate`` (``round(duration * 25)``, as
+        ``LTX2Pipeline.__call__`` and upstream ``AudioLatentShape.from_duration``)."""
+        return round(num_frames / frame_rate * self.latents_per_second)
 
     def decoded_frames(self, latent_frames: int) -> int:
         """Spectrogram frames decoded from ``latent_frames`` (upstream ``AudioDecoder._denormalize_latents``)."""
@@ -496,7 +505,3 @@ def normalize_latents(params: dict, latents: jax.Array) -> jax.Array:
     mean, std = _stats(params, c * m, "normalize audio latents")
     return unpack_latents((pack_latents(latents).astype(_F32) - mean) / std, m)
 
-
-def load_config(path: str | os.PathLike) -> LTX2AudioVAEConfig:
-    """The configuration of a diffusers ``audio_vae`` folder."""
-    return LTX2AudioVAEConfig.from_dict(json.loads((Path(path) / "config.json").read_text()))
