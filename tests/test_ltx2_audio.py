@@ -199,6 +199,74 @@ def test_audio_latent_frames():
     assert cfg.decoded_frames(126) == 501 and avae.LTX2AudioVAEConfig(causality_axis="none").decoded_frames(126) == 504
 
 
+# The LTX-2.5 configurations of diffusers' scripts/convert_ltx2_to_diffusers.py ("same as LTX-2.3" for the vocoder).
+RELEASE_AUDIO_VAE = dict(base_channels=128, output_channels=2, ch_mult=(1, 2, 4), num_res_blocks=2,
+                         attn_resolutions=None, in_channels=2, resolution=256, latent_channels=8, norm_type="pixel",
+                         causality_axis="height", dropout=0.0, mid_block_add_attention=False, sample_rate=16000,
+                         mel_hop_length=160, is_causal=True, mel_bins=64, double_z=True)
+RELEASE_VOCODER = dict(
+    in_channels=128, hidden_channels=1536, out_channels=2, upsample_kernel_sizes=[11, 4, 4, 4, 4, 4],
+    upsample_factors=[5, 2, 2, 2, 2, 2], resnet_kernel_sizes=[3, 7, 11], resnet_dilations=[[1, 3, 5]] * 3,
+    act_fn="snakebeta", leaky_relu_negative_slope=0.1, antialias=True, antialias_ratio=2, antialias_kernel_size=12,
+    final_act_fn=None, final_bias=False, bwe_in_channels=128, bwe_hidden_channels=512, bwe_out_channels=2,
+    bwe_upsample_kernel_sizes=[12, 11, 4, 4, 4], bwe_upsample_factors=[6, 5, 2, 2, 2],
+    bwe_resnet_kernel_sizes=[3, 7, 11], bwe_resnet_dilations=[[1, 3, 5]] * 3, bwe_act_fn="snakebeta",
+    bwe_leaky_relu_negative_slope=0.1, bwe_antialias=True, bwe_antialias_ratio=2, bwe_antialias_kernel_size=12,
+    bwe_final_act_fn=None, bwe_final_bias=False, filter_length=512, hop_length=80,
+    window_length=512, num_mel_channels=64, input_sampling_rate=16000, output_sampling_rate=48000)
+
+
+class _ShapeReader:
+    def __init__(self, shapes):
+        self.shapes = shapes
+
+    def keys(self):
+        return list(self.shapes)
+
+    def shape(self, key):
+        return self.shapes[key]
+
+
+def test_release_layouts_are_covered_exactly():
+    """The LTX-2.5 audio VAE and vocoder (meta device: shapes only) fill every parameter slot exactly once."""
+    with torch.device("meta"):
+        vae, voc = AutoencoderKLLTX2Audio(**RELEASE_AUDIO_VAE), LTX2VocoderWithBWE(**RELEASE_VOCODER)
+    vae_cfg = avae.LTX2AudioVAEConfig.from_dict({"_class_name": "AutoencoderKLLTX2Audio", **RELEASE_AUDIO_VAE})
+    assert vae_cfg == avae.LTX2AudioVAEConfig()
+    voc_cfg = vc.vocoder_config_from_dict({"_class_name": "LTX2VocoderWithBWE", **RELEASE_VOCODER})
+    assert voc_cfg == vc.LTX2VocoderWithBWEConfig() and voc_cfg.upsample_factor == 160 * 3
+    for model, specs, keymap in ((vae, avae.audio_vae_specs(vae_cfg), avae.audio_vae_keymap(vae_cfg)),
+                                 (voc, *vc.vocoder_specs_and_rules(voc_cfg))):
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        plan = plan_load(_ShapeReader(shapes), keymap, specs)
+        ignored = [k for k in shapes if keymap.ignored(k)]
+        assert ignored in ([], ["mel_stft.stft_fn.inverse_basis"])
+        assert sum(len(v) for v in plan.values()) == len(shapes) - len(ignored)
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"_class_name": "AutoencoderKLLTX2Video"}, "not 'AutoencoderKLLTX2Audio'"),
+    ({"causality_axis": "time"}, "causality_axis"),
+    ({"norm_type": "group"}, "group"),
+    ({"base_channels": 128, "mystery": 1}, "unknown config keys"),
+])
+def test_bad_audio_vae_config_refused(config, match):
+    with pytest.raises(ValueError, match=match):
+        avae.LTX2AudioVAEConfig.from_dict(config)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"bwe_upsample_factors": [6, 5, 2, 2, 1]}, "must match"),
+    ({"output_sampling_rate": 44100}, "multiple"),
+    ({"upsample_kernel_sizes": [11, 4]}, "as many of each"),
+    ({"act_fn": "gelu"}, "act_fn"),
+    ({"hidden_channels": 100}, "halved"),
+])
+def test_bad_vocoder_config_refused(change, match):
+    with pytest.raises(ValueError, match=match):
+        vc.vocoder_config_from_dict({"_class_name": "LTX2VocoderWithBWE", **RELEASE_VOCODER, **change})
+
+
 # ---------------------------------------------------------------------------------------------
 # The audio track of the mp4
 # ---------------------------------------------------------------------------------------------
