@@ -6,6 +6,7 @@ with ``save_pretrained`` and read back through our strict loaders.
 """
 
 import av
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -75,6 +76,19 @@ def test_audio_vae_decoder_matches_reference(vae):
         assert _rel(out[:, :, : ref.shape[2]], ref) < 1e-5
         assert not out[:, :, ref.shape[2]:].any()
 
+
+def test_audio_vae_decoder_bf16(vae):
+    """bf16 kernels (the norms and statistics stay float32 leaves) against the float32 reference."""
+    name, model, cfg, params, path = vae
+    if name != "2.5":
+        pytest.skip("one variant suffices")
+    _, bf16 = avae.load_audio_vae(path, dtype=jnp.bfloat16)
+    assert bf16["decoder"]["conv_in"]["conv"]["kernel"].dtype == jnp.bfloat16
+    assert bf16["latents_std"].dtype == jnp.float32
+    z = np.random.default_rng(1).standard_normal((2, cfg.latent_channels, 5, 4)).astype(np.float32)
+    with torch.no_grad():
+        ref = model.decode(torch.from_numpy(z)).sample.numpy()
+    assert _rel(avae.decode(bf16, cfg, z), ref) < 1e-2
 
 def test_audio_vae_encoder_matches_reference(vae):
     _, model, cfg, params, _ = vae
