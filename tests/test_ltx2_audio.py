@@ -6,6 +6,7 @@ with ``save_pretrained`` and read back through our strict loaders.
 """
 
 import av
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -279,6 +280,56 @@ def test_bad_audio_vae_config_refused(config, match):
 def test_bad_vocoder_config_refused(change, match):
     with pytest.raises(ValueError, match=match):
         vc.vocoder_config_from_dict({"_class_name": "LTX2VocoderWithBWE", **RELEASE_VOCODER, **change})
+
+
+def _converted_vocoder_name(key):
+    """diffusers' conversion of a release vocoder key (its single-file converter's replacements, which extend
+    LTX_2_0_VOCODER_RENAME_DICT of scripts/convert_ltx2_to_diffusers.py), restated."""
+    name = "." + key.removeprefix("vocoder.")
+    for old, new in (("conv_pre", "conv_in"), ("conv_post", "conv_out"), ("resblocks", "resnets"),
+                     ("act_post", "act_out"), (".downsample.lowpass.filter", ".downsample.filter"),
+                     (".ups.", ".upsamplers.")):
+        name = name.replace(old, new)
+    return name[1:]
+
+
+def _converted_audio_vae_name(key):
+    name = key.removeprefix("audio_vae.")
+    name = name.replace("per_channel_statistics.mean-of-means", "latents_mean")
+    return name.replace("per_channel_statistics.std-of-means", "latents_std")
+
+
+def _release_round_trip(tmp_path, model, module, convert, keymap, specs, params):
+    """Tensors renamed to the release's single-file names (``module.release_name``, which diffusers' conversion maps
+    back exactly) load through the release key map into the tree the diffusers layout gives."""
+    from safetensors.torch import save_file
+
+    from vidax.checkpoint.loader import load_params
+
+    state = {module.release_name(k): v.contiguous() for k, v in model.state_dict().items()}
+    assert {convert(k): tuple(v.shape) for k, v in state.items()} == {
+        k: tuple(v.shape) for k, v in model.state_dict().items()}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    loaded = load_params(CheckpointReader(tmp_path), keymap, specs, np.float32, source=str(tmp_path))
+    assert jax.tree.structure(loaded) == jax.tree.structure(params)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b, err_msg=str(path))
+    return state
+
+
+def test_release_single_file_names_audio_vae(vae, tmp_path):
+    _, model, cfg, params, _ = vae
+    _release_round_trip(tmp_path, model, avae, _converted_audio_vae_name, avae.audio_vae_release_keymap(cfg),
+                        avae.audio_vae_specs(cfg), params)
+
+
+def test_release_single_file_names_vocoder(vocoder, tmp_path):
+    name, model, cfg, params = vocoder
+    state = _release_round_trip(tmp_path, model, vc, _converted_vocoder_name, vc.vocoder_release_keymap(cfg),
+                                vc.vocoder_specs_and_rules(cfg)[0], params)
+    if name == "2.5":
+        assert {"vocoder.vocoder.ups.0.weight", "vocoder.vocoder.resblocks.0.acts1.0.downsample.lowpass.filter",
+                "vocoder.bwe_generator.act_post.act.beta", "vocoder.mel_stft.mel_basis"} <= set(state)
 
 
 # ---------------------------------------------------------------------------------------------

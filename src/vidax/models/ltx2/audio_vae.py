@@ -282,6 +282,23 @@ def audio_vae_keymap(cfg: LTX2AudioVAEConfig) -> KeyMap:
     return KeyMap(audio_vae_specs_and_rules(cfg)[1])
 
 
+#: The release's names of the latent statistics (upstream ``PerChannelStatistics`` buffers).
+RELEASE_STATISTICS = {"latents_mean": "per_channel_statistics.mean-of-means",
+                      "latents_std": "per_channel_statistics.std-of-means"}
+
+
+def release_name(key: str, prefix: str = "audio_vae.") -> str:
+    """The release single-file name of a diffusers ``audio_vae`` key (upstream ltx-core module names, which equal
+    diffusers' except the statistics; the file prefixes them with ``audio_vae.``: upstream
+    ``AUDIO_VAE_DECODER_COMFY_KEYS_FILTER``)."""
+    return prefix + RELEASE_STATISTICS.get(key, key)
+
+
+def audio_vae_release_keymap(cfg: LTX2AudioVAEConfig, prefix: str = "audio_vae.") -> KeyMap:
+    """Key map of the audio VAE in the release's single-file layout (:func:`release_name`), same parameter tree."""
+    return KeyMap([Rule(release_name(r.key, prefix), r.path, r.layout) for r in audio_vae_specs_and_rules(cfg)[1]])
+
+
 #: Top-level parts that encoding reads, and those that denormalising and decoding read.
 ENCODER_PARTS = ("encoder", "latents_mean", "latents_std")
 DECODER_PARTS = ("decoder", "latents_mean", "latents_std")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,31 @@ def vocoder_specs_and_rules(cfg: LTX2VocoderConfig | LTX2VocoderWithBWEConfig) -
         specs[key.replace(".", "/")] = ParamSpec(shape, fp32=True)
         rules.append(Rule(key, key.replace(".", "/")))
     return unflatten(specs), KeyMap(rules, ignore=[r"mel_stft\.stft_fn\.inverse_basis\Z"])
+
+
+#: diffusers module names -> upstream ltx-core's (``Vocoder``: ``conv_pre``, ``ups``, ``resblocks``, ``act_post``,
+#: ``conv_post``; diffusers' ``LTX_2_0_VOCODER_RENAME_DICT`` maps them the other way).
+RELEASE_MODULES = {"conv_in": "conv_pre", "conv_out": "conv_post", "upsamplers": "ups", "resnets": "resblocks",
+                   "act_out": "act_post"}
+
+
+def release_name(key: str, prefix: str = "vocoder.") -> str:
+    """The release single-file name of a diffusers ``vocoder`` key: upstream module names (:data:`RELEASE_MODULES`;
+    the anti-aliasing low-pass filter sits one module deeper upstream, ``downsample.lowpass.filter``), prefixed with
+    ``vocoder.`` (upstream ``VOCODER_COMFY_KEYS_FILTER`` strips it once; a BWE file thus holds
+    ``vocoder.vocoder.conv_pre.weight`` and ``vocoder.mel_stft.mel_basis``)."""
+    parts = [RELEASE_MODULES.get(p, p) for p in key.split(".")]
+    if parts[-2:] == ["downsample", "filter"]:
+        parts[-1:] = ["lowpass", "filter"]
+    return prefix + ".".join(parts)
+
+
+def vocoder_release_keymap(cfg: LTX2VocoderConfig | LTX2VocoderWithBWEConfig, prefix: str = "vocoder.") -> KeyMap:
+    """Key map of the vocoder in the release's single-file layout (:func:`release_name`), same parameter tree."""
+    _, keymap = vocoder_specs_and_rules(cfg)
+    ignore = [r"mel_stft\.stft_fn\.inverse_basis\Z"] if keymap.ignore else []
+    return KeyMap([Rule(release_name(r.key, prefix), r.path, r.layout) for r in keymap.rules],
+                  ignore=[re.escape(prefix) + i for i in ignore])
 
 
 def load_vocoder(path: str | os.PathLike) -> tuple[LTX2VocoderConfig | LTX2VocoderWithBWEConfig, dict]:
