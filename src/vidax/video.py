@@ -1,4 +1,4 @@
-"""Video files: frames in, H.264 mp4 out, through PyAV; and frames back, for checks.
+"""Video files: frames in (and optionally an audio track), H.264 (+ AAC) mp4 out, through PyAV; and back, for checks.
 
 Outputs are written to a temporary file beside the target and renamed into
 place only when complete, so an interrupted or failed run never leaves a
@@ -22,28 +22,66 @@ from vidax.core.files import staged
 from vidax.core.inputs import check_finite_video
 
 
-def write_video(frames: np.ndarray, path: str | os.PathLike, fps: float = 16, crf: int = 18) -> Path:
-    """Write ``frames`` as an H.264 (yuv420p) mp4, published atomically (:class:`vidax.core.files.staged`).
+def write_video(frames: np.ndarray, path: str | os.PathLike, fps: float = 16, crf: int = 18,
+                audio: np.ndarray | None = None, sample_rate: int | None = None) -> Path:
+    """Write ``frames`` as an H.264 (yuv420p) mp4, with an AAC audio track if ``audio`` is given, published
+    atomically (:class:`vidax.core.files.staged`).
 
     Args:
       frames: uint8 ``(T, H, W, 3)`` RGB; ``H`` and ``W`` even (yuv420p).
       path: target file; its folder is created if needed.
       fps: frames per second (16 for Wan2.1).
       crf: x264 constant rate factor (lower is better quality; 18 is visually lossless).
+      audio: float ``(channels, samples)`` waveform in [-1, 1] (clipped), 1 or 2 channels (LTX-2: stereo), or None.
+      sample_rate: the waveform's rate in Hz (LTX-2.5: 48000); required with ``audio``.
 
     Returns:
       The written path.
 
     Raises:
       ValueError: frames of the wrong shape or dtype, no frames, odd height/width, or an fps that is not a
-        positive finite number; all before any file is created.
+        positive finite number; audio of the wrong shape, non-finite, or at a rate AAC does not take; all before
+        any file is created.
     """
     check_frames(frames, fps)
+    if audio is not None or sample_rate is not None:
+        audio = check_audio(audio, sample_rate)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with staged(path) as (tmp,):
-        encode_video(frames, tmp, fps, crf)
+        encode_video(frames, tmp, fps, crf, audio=audio, sample_rate=sample_rate)
     return path
+
+
+#: Channel layouts of the audio track by channel count.
+AUDIO_LAYOUTS = {1: "mono", 2: "stereo"}
+#: The longest audio track written (samples per channel): an hour at 96 kHz.
+MAX_AUDIO_SAMPLES = 3600 * 96000
+
+
+def check_audio(audio: np.ndarray | None, sample_rate: int | None) -> np.ndarray:
+    """The waveform as float32 ``(channels, samples)`` in [-1, 1], checked for an AAC track.
+
+    Raises:
+      ValueError: a missing waveform or rate, not ``(1 or 2, samples >= 1)``, too long, non-finite values, or a rate
+        the AAC encoder does not take (the message lists those).
+    """
+    if audio is None or sample_rate is None:
+        raise ValueError("an audio track needs both the waveform and its sample_rate")
+    rates = av.codec.Codec("aac", "w").audio_rates or ()
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or (
+            rates and sample_rate not in rates):
+        raise ValueError(f"sample_rate={sample_rate!r}: the AAC encoder takes {sorted(rates)} Hz")
+    audio = np.asarray(audio)
+    if audio.ndim != 2 or audio.shape[0] not in AUDIO_LAYOUTS or not 1 <= audio.shape[1] <= MAX_AUDIO_SAMPLES:
+        raise ValueError(f"audio must be (channels, samples) with 1 or 2 channels and 1 to {MAX_AUDIO_SAMPLES} "
+                         f"samples, got {audio.shape}")
+    if not np.issubdtype(audio.dtype, np.floating):
+        raise ValueError(f"audio must be a float waveform in [-1, 1], got {audio.dtype}")
+    audio = audio.astype(np.float32)
+    if not np.isfinite(audio).all():
+        raise ValueError("audio holds NaN or infinite samples")
+    return np.clip(audio, -1.0, 1.0)
 
 
 def check_frames(frames: np.ndarray, fps: float) -> None:
@@ -60,22 +98,69 @@ def check_frames(frames: np.ndarray, fps: float) -> None:
         raise ValueError(f"H.264 yuv420p needs even height and width, got {h}x{w}")
 
 
-def encode_video(frames: np.ndarray, path: str | os.PathLike, fps: float = 16, crf: int = 18) -> None:
-    """Encode ``frames`` (checked by :func:`check_frames`) as H.264 into the file ``path`` directly (a temporary file
-    of :class:`vidax.core.files.staged`; :func:`write_video` is the atomic writer)."""
+def encode_video(frames: np.ndarray, path: str | os.PathLike, fps: float = 16, crf: int = 18,
+                 audio: np.ndarray | None = None, sample_rate: int | None = None) -> None:
+    """Encode ``frames`` (checked by :func:`check_frames`) as H.264, and ``audio`` (:func:`check_audio`) as AAC, into
+    the file ``path`` directly (a temporary file of :class:`vidax.core.files.staged`; :func:`write_video` is the
+    atomic writer)."""
     frames = np.asarray(frames)
     check_frames(frames, fps)
+    if audio is not None or sample_rate is not None:
+        audio = check_audio(audio, sample_rate)
     _, h, w, _ = frames.shape
     with av.open(str(path), mode="w", format="mp4") as container:
         stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height = w, h
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": str(crf)}
+        # Every stream is added before the first packet is muxed (the mp4 header is written then).
+        sound = _audio_stream(container, audio.shape[0], sample_rate) if audio is not None else None
         for frame in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+        if sound is not None:
+            _encode_audio(container, sound, audio)
+
+
+def _audio_stream(container, channels: int, sample_rate: int):
+    stream = container.add_stream("aac", rate=sample_rate)
+    stream.codec_context.layout = AUDIO_LAYOUTS[channels]
+    stream.codec_context.format = "fltp"
+    return stream
+
+
+def _encode_audio(container, stream, audio: np.ndarray) -> None:
+    """Mux ``audio`` (float32 ``(channels, samples)``) into the AAC ``stream``, in frames of the encoder's size."""
+    layout, sample_rate = AUDIO_LAYOUTS[audio.shape[0]], stream.codec_context.sample_rate
+    size = stream.codec_context.frame_size or 1024
+    for start in range(0, audio.shape[1], size):
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(audio[:, start:start + size]), format="fltp",
+                                           layout=layout)
+        frame.sample_rate, frame.pts = sample_rate, start
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
+
+
+def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int, float]:
+    """Decode a file's first audio stream: float32 ``(channels, samples)``, its sample rate, and the stream's duration
+    in seconds as the container states it (AAC decodes to whole frames of 1024 samples).
+
+    Raises:
+      ValueError: the file has no audio stream.
+    """
+    with av.open(str(path)) as container:
+        if not container.streams.audio:
+            raise ValueError(f"{path}: no audio stream")
+        stream = container.streams.audio[0]
+        chunks = [f.to_ndarray() for f in container.decode(stream)]
+        rate, channels = stream.codec_context.sample_rate, stream.codec_context.channels
+        duration = float(stream.duration * stream.time_base) if stream.duration else float("nan")
+    samples = np.concatenate(chunks, axis=1) if chunks else np.zeros((channels, 0), np.float32)
+    return samples.astype(np.float32), rate, duration
 
 
 def read_video(path: str | os.PathLike) -> tuple[np.ndarray, float]:
