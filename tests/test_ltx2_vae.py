@@ -1,0 +1,127 @@
+"""Parity of the LTX-2 video VAE decoder (diffusers ``AutoencoderKLLTX2Video``) and the pipeline's decode preparation
+(fp32 and bf16, CPU, tiny configurations).
+
+Random weights (latent statistics randomised too) written by the reference class with ``save_pretrained`` and read
+back through our strict loader.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from diffusers import AutoencoderKLLTX2Video
+from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline
+
+from vidax.models.ltx2 import vae as lvae
+
+_ENC = dict(block_out_channels=(8, 16, 32, 64), layers_per_block=(1, 1, 1, 1, 1), latent_channels=8)
+# "release": the LTX-2.x block structure (diffusers convert_ltx2_to_diffusers.py, version 2.0) at tiny widths: three
+# residual spatiotemporal up blocks halving the width, reflect padding, a non-causal decoder, no timestep conditioning.
+# "tc": the other branches: timestep conditioning, spatial / temporal / spatiotemporal upsamplers, zero padding, causal.
+TINY = {
+    "release": dict(**_ENC, decoder_block_out_channels=(16, 32, 64), decoder_layers_per_block=(2, 1, 2, 1),
+                    decoder_spatio_temporal_scaling=(True, True, True), upsample_residual=(True, True, True),
+                    upsample_factor=(2, 2, 2), timestep_conditioning=False, decoder_causal=False,
+                    decoder_spatial_padding_mode="reflect", spatial_compression_ratio=32, temporal_compression_ratio=8),
+    "tc": dict(**_ENC, decoder_block_out_channels=(16, 32, 64), decoder_layers_per_block=(1, 2, 1, 1),
+               upsample_type=("spatial", "temporal", "spatiotemporal"), upsample_residual=(True, False, True),
+               upsample_factor=(2, 1, 2), timestep_conditioning=True, decoder_causal=True,
+               decoder_spatial_padding_mode="zeros"),
+}
+
+
+def _rel(out, ref):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+@pytest.fixture(scope="module", params=list(TINY))
+def vae(request, tmp_path_factory):
+    torch.manual_seed(0)
+    model = AutoencoderKLLTX2Video(**TINY[request.param]).eval()
+    with torch.no_grad():
+        model.latents_mean.copy_(0.3 * torch.randn_like(model.latents_mean))
+        model.latents_std.copy_(torch.rand_like(model.latents_std) + 0.5)
+        for key, p in model.state_dict().items():
+            if key.endswith("norm3.weight"):
+                p.copy_(torch.rand_like(p) + 0.5)
+            elif key.endswith("norm3.bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp(f"ltx2_vae_{request.param}")
+    model.save_pretrained(path)
+    cfg, params = lvae.load_vae(path)
+    return request.param, model, cfg, params, path
+
+
+def _latents(cfg, seed=1, b=2):
+    return np.random.default_rng(seed).standard_normal((b, cfg.latent_channels, 2, 2, 3)).astype(np.float32)
+
+
+def _reference(model, z, t):
+    with torch.no_grad():
+        return model.decode(torch.from_numpy(z), None if t is None else torch.tensor(t)).sample.numpy()
+
+
+def test_decoder_matches_reference(vae):
+    name, model, cfg, params, _ = vae
+    z = _latents(cfg)
+    t = [0.05, 0.3] if cfg.timestep_conditioning else None
+    ref = _reference(model, z, t)
+    out = np.asarray(lvae.decode(params, cfg, z, t))
+    if name == "release":
+        assert cfg.spatial_compression == 32 and cfg.temporal_compression == 8
+        assert out.shape == ref.shape == (2, 3, 9, 64, 96)
+    else:
+        assert out.shape == ref.shape
+    assert _rel(out, ref) < 1e-5
+
+
+def test_decoder_bf16(vae):
+    """bf16 kernels (LayerNorm, tables, embedders and statistics stay float32 leaves) against the float32 reference."""
+    name, model, cfg, _, path = vae
+    _, bf16 = lvae.load_vae(path, dtype=jnp.bfloat16)
+    assert bf16["decoder"]["conv_in"]["conv"]["kernel"].dtype == jnp.bfloat16
+    assert bf16["latents_std"].dtype == jnp.float32
+    z = _latents(cfg, seed=2)
+    t = [0.05, 0.3] if cfg.timestep_conditioning else None
+    assert _rel(lvae.decode(bf16, cfg, z, t), _reference(model, z, t)) < 1e-2
+
+
+def test_decode_preparation_matches_pipeline(vae):
+    """``LTX2Pipeline.__call__``'s lines before ``vae.decode`` (restated: they sit inside ``__call__``)."""
+    _, model, cfg, params, _ = vae
+    rng = np.random.default_rng(3)
+    lat, noise = _latents(cfg, seed=4), rng.standard_normal((2, cfg.latent_channels, 2, 2, 3)).astype(np.float32)
+    dt, ns = [0.05, 0.1], 0.025
+    ref = torch.from_numpy(lat)
+    if cfg.timestep_conditioning:
+        s = torch.tensor([ns] * 2)[:, None, None, None, None]
+        ref = (1 - s) * ref + s * torch.from_numpy(noise)
+    ref = LTX2Pipeline._denormalize_latents(ref, model.latents_mean, model.latents_std, model.config.scaling_factor)
+    z, t = lvae.prepare_decode_latents(params, cfg, lat, dt, ns, noise)
+    assert _rel(z, ref.numpy()) < 1e-6
+    if cfg.timestep_conditioning:
+        np.testing.assert_allclose(np.asarray(t), dt)
+        # default decode_noise_scale = decode_timestep
+        z2, _ = lvae.prepare_decode_latents(params, cfg, lat, dt, None, noise)
+        s = np.asarray(dt, np.float32)[:, None, None, None, None]
+        expect = LTX2Pipeline._denormalize_latents(torch.from_numpy((1 - s) * lat + s * noise), model.latents_mean,
+                                                   model.latents_std).numpy()
+        assert _rel(z2, expect) < 1e-6
+        with pytest.raises(ValueError, match="noise"):
+            lvae.prepare_decode_latents(params, cfg, lat, dt)
+    else:
+        assert t is None
+
+
+def test_config_and_argument_errors(vae):
+    name, model, cfg, params, _ = vae
+    assert lvae.LTX2VideoVAEConfig.from_dict(dict(model.config)) == cfg
+    with pytest.raises(ValueError, match="AutoencoderKLLTXVideo"):
+        lvae.LTX2VideoVAEConfig.from_dict({"_class_name": "AutoencoderKLLTXVideo"})
+    with pytest.raises(ValueError, match="inject_noise"):
+        lvae.LTX2VideoVAEConfig(**TINY[name] | {"decoder_inject_noise": True})
+    with pytest.raises(ValueError, match="latents"):
+        lvae.decode(params, cfg, np.zeros((1, 3, 2, 2, 2), np.float32))
+    with pytest.raises(ValueError, match="timestep"):
+        lvae.decode(params, cfg, _latents(cfg), None if cfg.timestep_conditioning else 0.05)
