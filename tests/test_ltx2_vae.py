@@ -12,20 +12,25 @@ import torch
 from diffusers import AutoencoderKLLTX2Video
 from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline
 
+from vidax.checkpoint.loader import plan_load
+from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx2 import vae as lvae
 
 _ENC = dict(block_out_channels=(8, 16, 32, 64), layers_per_block=(1, 1, 1, 1, 1), latent_channels=8)
 # "release": the LTX-2.x block structure (diffusers convert_ltx2_to_diffusers.py, version 2.0) at tiny widths: three
 # residual spatiotemporal up blocks halving the width, reflect padding, a non-causal decoder, no timestep conditioning.
-# "tc": the other branches: timestep conditioning, spatial / temporal / spatiotemporal upsamplers, zero padding, causal.
+# "tc": the other branches: timestep conditioning, spatial / temporal / spatiotemporal upsamplers, zero padding, causal,
+# an encoder block without downsampler, a block without resnets.
 TINY = {
     "release": dict(**_ENC, decoder_block_out_channels=(16, 32, 64), decoder_layers_per_block=(2, 1, 2, 1),
                     decoder_spatio_temporal_scaling=(True, True, True), upsample_residual=(True, True, True),
                     upsample_factor=(2, 2, 2), timestep_conditioning=False, decoder_causal=False,
                     decoder_spatial_padding_mode="reflect", spatial_compression_ratio=32, temporal_compression_ratio=8),
-    "tc": dict(**_ENC, decoder_block_out_channels=(16, 32, 64), decoder_layers_per_block=(1, 2, 1, 1),
+    "tc": dict(block_out_channels=(8, 16, 32, 32), layers_per_block=(1, 0, 1, 1, 2), latent_channels=8,
+               spatio_temporal_scaling=(True, True, True, False),
+               decoder_block_out_channels=(16, 32, 64), decoder_layers_per_block=(1, 2, 1, 1),
                upsample_type=("spatial", "temporal", "spatiotemporal"), upsample_residual=(True, False, True),
-               upsample_factor=(2, 1, 2), timestep_conditioning=True, decoder_causal=True,
+               upsample_factor=(1, 2, 2), timestep_conditioning=True, decoder_causal=True,
                decoder_spatial_padding_mode="zeros"),
 }
 
@@ -125,3 +130,25 @@ def test_config_and_argument_errors(vae):
         lvae.decode(params, cfg, np.zeros((1, 3, 2, 2, 2), np.float32))
     with pytest.raises(ValueError, match="timestep"):
         lvae.decode(params, cfg, _latents(cfg), None if cfg.timestep_conditioning else 0.05)
+
+
+def test_keymap_covers_checkpoint(vae):
+    _, _, cfg, _, path = vae
+    plan = plan_load(CheckpointReader(path), lvae.vae_keymap(cfg), lvae.vae_specs_and_rules(cfg)[0], source=str(path))
+    assert sum(len(v) for v in plan.values()) == sum(1 for _ in CheckpointReader(path).keys())
+
+
+def test_encoder_matches_reference(vae):
+    _, model, cfg, _, path = vae
+    _, params = lvae.load_vae(path, parts=lvae.ENCODER_PARTS)
+    s = cfg.spatial_compression
+    video = np.random.default_rng(5).uniform(-1, 1, (1, 3, 2 * cfg.temporal_compression + 1, 2 * s, s))
+    video = video.astype(np.float32)
+    with torch.no_grad():
+        dist = model.encode(torch.from_numpy(video)).latent_dist
+    mean, logvar = lvae.encode(params, cfg, video)
+    assert mean.shape == dist.mean.shape == (1, cfg.latent_channels, 3, 2, 1)
+    assert _rel(mean, dist.mean.numpy()) < 1e-5
+    assert _rel(logvar, dist.logvar.numpy()) < 1e-5
+    with pytest.raises(ValueError, match="frames"):
+        lvae.encode(params, cfg, video[:, :, :-1])
