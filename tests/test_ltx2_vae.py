@@ -152,3 +152,41 @@ def test_encoder_matches_reference(vae):
     assert _rel(logvar, dist.logvar.numpy()) < 1e-5
     with pytest.raises(ValueError, match="frames"):
         lvae.encode(params, cfg, video[:, :, :-1])
+
+
+class _UpstreamNorm3(torch.nn.Module):
+    """Upstream ltx-core ``ResnetBlock3D.norm3`` restated: ``nn.GroupNorm(num_groups=1, C, eps, affine=True)`` over
+    ``(B, C, T, H, W)`` (diffusers: ``nn.LayerNorm(C)`` per position). Called as diffusers calls its norm3: on the
+    channels-last tensor."""
+
+    def __init__(self, ln):
+        super().__init__()
+        self.weight, self.bias, self.eps = ln.weight, ln.bias, ln.eps
+
+    def forward(self, x):
+        return torch.nn.functional.group_norm(x.movedim(-1, 1), 1, self.weight, self.bias, self.eps).movedim(1, -1)
+
+
+def test_width_changing_resnet_follows_upstream(tmp_path):
+    """An up block with a ``conv_in`` resnet (upstream ``res_x_y``; no release has one): its shortcut norm is
+    upstream's GroupNorm(1), not diffusers' LayerNorm."""
+    torch.manual_seed(0)
+    model = AutoencoderKLLTX2Video(**_ENC, decoder_block_out_channels=(16, 32, 64), upsample_factor=(1, 1, 1),
+                                   decoder_layers_per_block=(1, 1, 1, 1), upsample_residual=False,
+                                   decoder_causal=False).eval()
+    with torch.no_grad():
+        for key, p in model.state_dict().items():
+            if "norm3" in key:
+                p.copy_(torch.rand_like(p) + 0.5 if key.endswith("weight") else 0.3 * torch.randn_like(p))
+    model.save_pretrained(tmp_path)
+    cfg, params = lvae.load_vae(tmp_path)
+    assert "conv_in" in params["decoder"]["up_blocks"]["1"]
+    z = _latents(cfg, seed=6, b=1)
+    diffusers_out = _reference(model, z, None)
+    for module in model.decoder.modules():
+        if getattr(module, "norm3", None) is not None:
+            module.norm3 = _UpstreamNorm3(module.norm3)
+    ref = _reference(model, z, None)
+    out = np.asarray(lvae.decode(params, cfg, z))
+    assert _rel(out, ref) < 1e-5
+    assert _rel(diffusers_out, ref) > 1e-3  # the two norms differ here

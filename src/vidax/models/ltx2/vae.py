@@ -24,6 +24,12 @@ Repeated resnets under ``lax.scan``
     The resnets of each block share their shapes, so they are declared stacked (a leading ``layers`` axis filled
     from ``resnets.{i}``) and run under one ``jax.lax.scan`` per block.
 
+Where diffusers departs from upstream (upstream ltx-core is followed)
+    The shortcut norm of a width-changing resnet (``norm3``, before ``conv_shortcut``): upstream ``ResnetBlock3D``
+    builds ``nn.GroupNorm(num_groups=1, C)`` (statistics over channels, frames and pixels of each sample), diffusers
+    ``nn.LayerNorm(C)`` (statistics over the channels of each position); the parameters are the same two vectors.
+    Only width-changing resnets have it: an up block's ``conv_in`` (upstream ``res_x_y``); no LTX-2 release has one.
+
 Not supported (no release uses them; :class:`LTX2VideoVAEConfig` raises)
     ``decoder_inject_noise`` (the reference draws ``torch.randn`` inside the resnets), ``patch_size_t != 1``.
 
@@ -55,7 +61,7 @@ from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.checkpoint.keymap import linear as linear_rules
 from vidax.core.config_values import config_values
 from vidax.core.embeddings import timestep_embedding
-from vidax.core.layers import conv3d, conv_jit, layer_norm, linear, rms_norm
+from vidax.core.layers import conv3d, conv_jit, linear, rms_norm
 from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
 
 #: Epsilon of ``PerChannelRMSNorm`` (fixed in the reference).
@@ -468,6 +474,15 @@ def _conv(p: dict, x: jax.Array, causal: bool, mode: str, strides=(1, 1, 1)) -> 
     return conv3d(p, x, strides=strides)
 
 
+def _group_norm1(x: jax.Array, p: dict, eps: float) -> jax.Array:
+    """Upstream's shortcut norm ``nn.GroupNorm(1, C)``: statistics over ``(T, H, W, C)`` per sample (float32),
+    per-channel affine. Diffusers uses ``nn.LayerNorm(C)`` (per position) instead: see the module notes."""
+    xf = x.astype(_F32)
+    mean = jnp.mean(xf, axis=(1, 2, 3, 4), keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=(1, 2, 3, 4), keepdims=True)
+    return (xf - mean) * jax.lax.rsqrt(var + eps) * p["scale"].astype(_F32) + p["bias"].astype(_F32)
+
+
 def _resnet(p: dict, x: jax.Array, causal: bool, mode: str, eps: float, ss: jax.Array | None = None) -> jax.Array:
     """``LTX2VideoResnetBlock3d``; ``ss``: float32 ``(B, 4, C)`` (shift1, scale1, shift2, scale2)."""
     mod = None if ss is None else [ss[:, k, None, None, None, :] for k in range(4)]
@@ -480,7 +495,7 @@ def _resnet(p: dict, x: jax.Array, causal: bool, mode: str, eps: float, ss: jax.
         h = h * (1 + mod[3]) + mod[2]
     h = _conv(p["conv2"]["conv"], jax.nn.silu(h), causal, mode)
     if "norm3" in p:
-        x = layer_norm(x, p["norm3"], eps).astype(x.dtype)
+        x = _group_norm1(x, p["norm3"], eps).astype(x.dtype)
     if "conv_shortcut" in p:
         x = conv3d(p["conv_shortcut"], x)
     return h.astype(_F32) + x.astype(_F32)
