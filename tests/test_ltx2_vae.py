@@ -190,3 +190,84 @@ def test_width_changing_resnet_follows_upstream(tmp_path):
     out = np.asarray(lvae.decode(params, cfg, z))
     assert _rel(out, ref) < 1e-5
     assert _rel(diffusers_out, ref) > 1e-3  # the two norms differ here
+
+
+# The LTX-2 video VAE configuration of diffusers' scripts/convert_ltx2_to_diffusers.py (version "2.0").
+RELEASE_VAE = dict(
+    in_channels=3, out_channels=3, latent_channels=128, block_out_channels=(256, 512, 1024, 2048),
+    down_block_types=("LTX2VideoDownBlock3D",) * 4, decoder_block_out_channels=(256, 512, 1024),
+    layers_per_block=(4, 6, 6, 2, 2), decoder_layers_per_block=(5, 5, 5, 5),
+    spatio_temporal_scaling=(True, True, True, True), decoder_spatio_temporal_scaling=(True, True, True),
+    decoder_inject_noise=(False, False, False, False),
+    downsample_type=("spatial", "temporal", "spatiotemporal", "spatiotemporal"), upsample_residual=(True, True, True),
+    upsample_factor=(2, 2, 2), timestep_conditioning=False, patch_size=4, patch_size_t=1, resnet_norm_eps=1e-6,
+    encoder_causal=True, decoder_causal=False, encoder_spatial_padding_mode="zeros",
+    decoder_spatial_padding_mode="reflect", spatial_compression_ratio=32, temporal_compression_ratio=8)
+
+
+class _ShapeReader:
+    def __init__(self, shapes):
+        self.shapes = shapes
+
+    def keys(self):
+        return list(self.shapes)
+
+    def shape(self, key):
+        return self.shapes[key]
+
+
+@pytest.mark.parametrize("timestep_conditioning", [False, True])
+def test_release_layout_is_covered_exactly(timestep_conditioning):
+    """The released VAE (meta device: shapes only) fills every parameter slot exactly once, in both layouts."""
+    config = RELEASE_VAE | {"timestep_conditioning": timestep_conditioning}
+    with torch.device("meta"):
+        model = AutoencoderKLLTX2Video(**config)
+    cfg = lvae.LTX2VideoVAEConfig.from_dict({"_class_name": "AutoencoderKLLTX2Video", **config})
+    assert cfg.spatial_compression == 32 and cfg.temporal_compression == 8
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    specs = lvae.vae_specs_and_rules(cfg)[0]
+    plan = plan_load(_ShapeReader(shapes), lvae.vae_keymap(cfg), specs)
+    assert sum(len(v) for v in plan.values()) == len(shapes)
+    release = {lvae.release_name(cfg, k): s for k, s in shapes.items()}
+    assert len(release) == len(shapes)
+    if timestep_conditioning:
+        assert {"vae.decoder.last_time_embedder.timestep_embedder.linear_1.weight",
+                "vae.decoder.last_scale_shift_table",
+                "vae.decoder.up_blocks.2.time_embedder.timestep_embedder.linear_2.bias",
+                "vae.decoder.up_blocks.6.res_blocks.4.scale_shift_table"} <= set(release)
+    assert {"vae.encoder.down_blocks.8.res_blocks.1.conv2.conv.weight", "vae.encoder.down_blocks.7.conv.conv.bias",
+            "vae.decoder.up_blocks.5.conv.conv.weight", "vae.per_channel_statistics.mean-of-means"} <= set(release)
+    plan = plan_load(_ShapeReader(release), lvae.vae_release_keymap(cfg), specs)
+    assert sum(len(v) for v in plan.values()) == len(shapes)
+
+
+def test_release_single_file_names(vae, tmp_path):
+    """Tensors renamed to the release's single-file names (plus the statistics the release also holds) are mapped
+    back exactly by diffusers' ``convert_ltx2_vae_to_diffusers`` and load through the release key map into the tree
+    the diffusers layout gives."""
+    import jax
+    from diffusers.loaders.single_file_utils import convert_ltx2_vae_to_diffusers
+    from safetensors.torch import save_file
+
+    from vidax.checkpoint.loader import load_params
+
+    name, model, cfg, _, path = vae
+    sd = model.state_dict()
+    if name != "release":
+        with pytest.raises(ValueError, match="no release single-file layout"):
+            lvae.release_name(cfg, "encoder.conv_in.conv.weight")
+        return
+    state = {lvae.release_name(cfg, k): v.contiguous() for k, v in sd.items()}
+    extra = {"vae.per_channel_statistics.channel": torch.zeros(cfg.latent_channels),
+             "vae.per_channel_statistics.mean-of-stds": torch.ones(cfg.latent_channels)}
+    back = convert_ltx2_vae_to_diffusers(dict(state) | extra)
+    assert set(back) == set(sd)
+    assert all(torch.equal(back[k], sd[k]) for k in sd)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    specs = lvae.vae_specs_and_rules(cfg)[0]
+    loaded = load_params(CheckpointReader(tmp_path), lvae.vae_release_keymap(cfg), specs, np.float32,
+                         source=str(tmp_path))
+    _, params = lvae.load_vae(path, parts=None)
+    assert jax.tree.structure(loaded) == jax.tree.structure(params)
+    for (p, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b, err_msg=str(p))

@@ -48,6 +48,7 @@ import functools
 import json
 import math
 import os
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -428,6 +429,52 @@ def vae_specs_and_rules(cfg: LTX2VideoVAEConfig) -> tuple[SpecTree, list[Rule]]:
 def vae_keymap(cfg: LTX2VideoVAEConfig) -> KeyMap:
     """Key map of a diffusers-layout ``AutoencoderKLLTX2Video`` (``vae/*.safetensors``)."""
     return KeyMap(vae_specs_and_rules(cfg)[1])
+
+
+def release_name(cfg: LTX2VideoVAEConfig, key: str, prefix: str = "vae.") -> str:
+    """The release single-file name of a diffusers ``vae`` key (upstream ltx-core module names).
+
+    Upstream keeps the blocks in one flat list per side: the encoder's ``down_blocks.{2i}`` are diffusers' block ``i``
+    resnets (``res_blocks``), ``down_blocks.{2i+1}`` its downsampler, ``down_blocks.{2n}`` the mid block; the
+    decoder's ``up_blocks.0`` is the mid block, ``up_blocks.{2i+1}`` up block ``i``'s upsampler and
+    ``up_blocks.{2i+2}`` its resnets (and time embedder); ``last_time_embedder`` / ``last_scale_shift_table`` are
+    the decoder's final ones, ``per_channel_statistics.{mean,std}-of-means`` the latent statistics. The inverse of
+    diffusers' ``convert_ltx2_vae_to_diffusers`` (``loaders/single_file_utils.py``).
+
+    Raises:
+      ValueError: a block structure the flat layout cannot name (an encoder block without downsampler, a decoder
+        block without upsampler or with a width-changing ``conv_in``).
+    """
+    enc, dec = _encoder_plan(cfg), _decoder_plan(cfg)
+    if any(st.down is None for st in enc.stages) or any(st.stride is None or st.conv_in for st in dec.stages):
+        raise ValueError("release_name: this block structure has no release single-file layout (every encoder block "
+                         "must downsample and every decoder block upsample without a conv_in)")
+    subs = [
+        (r"^encoder\.down_blocks\.(\d+)\.downsamplers\.0\.", lambda m: f"encoder.down_blocks.{2 * int(m[1]) + 1}."),
+        (r"^encoder\.down_blocks\.(\d+)\.resnets\.", lambda m: f"encoder.down_blocks.{2 * int(m[1])}.res_blocks."),
+        (r"^encoder\.mid_block\.resnets\.", lambda m: f"encoder.down_blocks.{2 * len(enc.stages)}.res_blocks."),
+        (r"^decoder\.mid_block\.resnets\.", lambda m: "decoder.up_blocks.0.res_blocks."),
+        (r"^decoder\.mid_block\.", lambda m: "decoder.up_blocks.0."),
+        (r"^decoder\.up_blocks\.(\d+)\.upsamplers\.0\.", lambda m: f"decoder.up_blocks.{2 * int(m[1]) + 1}."),
+        (r"^decoder\.up_blocks\.(\d+)\.resnets\.", lambda m: f"decoder.up_blocks.{2 * int(m[1]) + 2}.res_blocks."),
+        (r"^decoder\.up_blocks\.(\d+)\.", lambda m: f"decoder.up_blocks.{2 * int(m[1]) + 2}."),
+        (r"^decoder\.time_embedder\.", lambda m: "decoder.last_time_embedder."),
+        (r"^decoder\.scale_shift_table$", lambda m: "decoder.last_scale_shift_table"),
+        (r"^latents_mean$", lambda m: "per_channel_statistics.mean-of-means"),
+        (r"^latents_std$", lambda m: "per_channel_statistics.std-of-means"),
+    ]
+    for pattern, repl in subs:
+        new = re.sub(pattern, repl, key)
+        if new != key:
+            return prefix + new
+    return prefix + key
+
+
+def vae_release_keymap(cfg: LTX2VideoVAEConfig, prefix: str = "vae.") -> KeyMap:
+    """Key map of the video VAE in the release's single-file layout (:func:`release_name`), same parameter tree.
+
+    The release's other ``per_channel_statistics`` buffers (``channel``, ``mean-of-stds``) are not read."""
+    return KeyMap([Rule(release_name(cfg, r.key, prefix), r.path, r.layout) for r in vae_specs_and_rules(cfg)[1]])
 
 
 #: Top-level parts that encoding reads.
