@@ -63,6 +63,7 @@ from vidax.checkpoint.keymap import linear as linear_rules
 from vidax.core.config_values import config_values
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import conv3d, conv_jit, linear, rms_norm
+from vidax.core.ltx_tiling import LTXVideoTiling, decode_frames, temporal_tiled
 from vidax.core.params import ParamSpec, SpecTree, require_parts, unflatten
 
 #: Epsilon of ``PerChannelRMSNorm`` (fixed in the reference).
@@ -729,8 +730,12 @@ def decoded_frames(cfg: LTX2VideoVAEConfig, num_latent_frames: int) -> int:
 
 
 def decode(params: dict, cfg: LTX2VideoVAEConfig, z: jax.Array, timestep: float | jax.Array | None = None,
-           causal: bool | None = None) -> jax.Array:
-    """Decode latents to video (``AutoencoderKLLTX2Video.decode(z, temb, causal).sample``, untiled).
+           causal: bool | None = None, tiling: LTXVideoTiling | None = None) -> jax.Array:
+    """Decode latents to video (``AutoencoderKLLTX2Video.decode(z, temb, causal).sample``), tiled as the reference.
+
+    The reference's ``_decode``: with ``tiling.temporal`` (``use_framewise_decoding``) and more latent frames than a
+    tile, ``_temporal_tiled_decode``; else with ``tiling.spatial`` (``use_tiling``) and latents larger than a tile,
+    ``tiled_decode``; else one decoder call. The algorithm is the 0.9.x VAE's (``vidax.core.ltx_tiling``).
 
     Args:
       params: VAE parameters (at least :data:`DECODER_PARTS`); computation in their dtype, float32 accumulation.
@@ -740,13 +745,15 @@ def decode(params: dict, cfg: LTX2VideoVAEConfig, z: jax.Array, timestep: float 
         ``(B,)``; scaled by the decoder's ``timestep_scale_multiplier``.
       causal: the reference's ``causal`` argument; it computes ``causal or decoder_causal``, so None / False give
         ``cfg.decoder_causal``.
+      tiling: None (no tiling) or the settings (:class:`vidax.core.ltx_tiling.LTXVideoTiling`, the reference's
+        ``enable_tiling`` arguments and defaults).
 
     Returns:
       float32 video ``(B, out_channels, 8 (T - 1) + 1, 32 h, 32 w)`` for the released compressions; not clamped.
 
     Raises:
       ValueError: wrong rank or channel count; a missing or unexpected timestep; latents larger than
-        ``2**20`` latent pixels per frame.
+        ``2**20`` latent pixels per frame; bad tiling settings.
     """
     if z.ndim != 5 or z.shape[1] != cfg.latent_channels or min(z.shape[2:]) < 1:
         raise ValueError(f"decode: expected latents (B, {cfg.latent_channels}, T>=1, h>=1, w>=1), got shape "
@@ -764,7 +771,17 @@ def decode(params: dict, cfg: LTX2VideoVAEConfig, z: jax.Array, timestep: float 
     elif timestep is not None:
         raise ValueError("decode: this VAE has no timestep conditioning (timestep_conditioning is false); pass "
                          "timestep=None (the pipeline passes None then)")
-    return _decode_program(params, cfg, jnp.asarray(z), timestep, bool(causal) or cfg.decoder_causal)
+    causal = bool(causal) or cfg.decoder_causal
+    q = None if tiling is None else tiling.resolve(cfg)
+
+    def call(tile):
+        return _decode_program(params, cfg, jnp.asarray(tile), timestep, causal)
+
+    if tiling is None:
+        return call(z)
+    if tiling.temporal and z.shape[2] > q["latent_frames"]:
+        return temporal_tiled(call, cfg, np.asarray(z), q, tiling.spatial)
+    return decode_frames(call, cfg, np.asarray(z), q, tiling.spatial)
 
 
 def denormalize_latents(params: dict, latents: jax.Array, scaling_factor: float = 1.0) -> jax.Array:
