@@ -1,0 +1,454 @@
+"""LTX-2's audio-video diffusion transformer in JAX.
+
+Follows diffusers 0.42.1 ``models/transformers/transformer_ltx2.py`` (``LTX2VideoTransformer3DModel``,
+``LTX2VideoTransformerBlock``, ``LTX2Attention`` with ``LTX2AudioVideoAttnProcessor``,
+``LTX2AudioVideoRotaryPosEmbed``, ``LTX2AdaLayerNormSingle``) and upstream Lightricks/LTX-2 ``ltx-core``
+``model/transformer/rope.py`` (``precompute_freqs_cis``, ``generate_freq_grid_np``) for the rotary tables.
+
+Two token streams run side by side through ``num_layers`` identical blocks (stacked, one ``lax.scan``: one
+compiled block program). Each block, per stream: AdaLN-modulated self-attention with RoPE; text cross-attention
+(with ``cross_attn_mod``: the query AdaLN-modulated and gated, the text keys/values modulated by a per-block prompt
+table plus, with ``use_prompt_adaln_single``, a sigma embedding); audio->video and video->audio cross-attention
+with temporal-only RoPE, modulated by per-block tables plus global cross-attention embeddings; an AdaLN-modulated
+GELU-tanh feed-forward. Attentions RMSNorm q and k across heads; ``gated_attn`` multiplies each head's output by
+``2 sigmoid(to_gate_logits(query input))``.
+
+Precision: the residual streams, every norm, modulation and RoPE rotation are float32; matmuls run in the weights'
+dtype (bf16 or fp32) with float32 accumulation; the AdaLN tables, the timestep / cross-attention / prompt
+embedders and the q/k norm scales are float32 leaves (paper fault 4b). The RoPE tables are built on the host in
+numpy: frequencies ``theta^linspace(0, 1, n) * pi / 2`` in float64 rounded to float32 (upstream
+``generate_freq_grid_np``), positions and angles in float32, as upstream and diffusers do; they stay float32 in a
+bf16 run (upstream casts them to the compute dtype; diffusers keeps float32).
+
+Not covered here: attention masks (text, self, cross), STG perturbation, ``isolate_modalities``, the keyframe
+marker input (the ``keyframes_abs_pos_embedding`` parameter is loaded), per-token timesteps, sharding and offload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidax.core.attention import AttentionImpl, attention
+from vidax.core.layers import layer_norm, linear
+from vidax.core.mmdit import time_proj
+from vidax.core.params import ParamSpec, SpecTree, linear_spec
+from vidax.models.ltx2.config import LTX2TransformerConfig
+
+ATTENTIONS = ("attn1", "audio_attn1", "attn2", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
+_MAX_TOKENS = 1 << 22
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def _attn_dims(cfg: LTX2TransformerConfig, name: str) -> tuple[int, int, int, bool]:
+    """(query width, key/value input width, heads, gated) of one block attention; inner width heads * head_dim."""
+    d, da = cfg.inner_dim, cfg.audio_inner_dim
+    h, ha = cfg.num_attention_heads, cfg.audio_num_attention_heads
+    return {"attn1": (d, d, h, cfg.gated_attn), "audio_attn1": (da, da, ha, cfg.audio_gated_attn),
+            "attn2": (d, cfg.cross_attention_dim, h, cfg.gated_attn),
+            "audio_attn2": (da, cfg.audio_cross_attention_dim, ha, cfg.audio_gated_attn),
+            "audio_to_video_attn": (d, da, ha, cfg.gated_attn),
+            "video_to_audio_attn": (da, d, ha, cfg.audio_gated_attn)}[name]
+
+
+def _head_dim(cfg: LTX2TransformerConfig, name: str) -> int:
+    return cfg.attention_head_dim if name in ("attn1", "attn2") else cfg.audio_attention_head_dim
+
+
+def _attention_specs(cfg: LTX2TransformerConfig, name: str) -> dict:
+    n = cfg.num_layers
+    q_dim, kv_dim, heads, gated = _attn_dims(cfg, name)
+    inner = heads * _head_dim(cfg, name)
+    spec = {"to_q": linear_spec(q_dim, inner, ("embed", "heads"), layers=n, bias=cfg.attention_bias),
+            "to_k": linear_spec(kv_dim, inner, ("embed", "heads"), layers=n, bias=cfg.attention_bias),
+            "to_v": linear_spec(kv_dim, inner, ("embed", "heads"), layers=n, bias=cfg.attention_bias),
+            "to_out": linear_spec(inner, q_dim, ("heads", "embed"), layers=n, bias=cfg.attention_out_bias),
+            "norm_q": {"scale": ParamSpec((n, inner), fp32=True, axes=("layers", None))},
+            "norm_k": {"scale": ParamSpec((n, inner), fp32=True, axes=("layers", None))}}
+    if gated:
+        spec["to_gate_logits"] = linear_spec(q_dim, heads, ("embed", None), layers=n)
+    return spec
+
+
+def _adaln_specs(dim: int, rows: int) -> dict:
+    """``LTX2AdaLayerNormSingle``: timestep MLP ``256 -> dim -> dim`` and ``linear`` to ``rows * dim``, float32."""
+    return {"timestep_embedder": {"linear_1": linear_spec(256, dim, (None, "embed"), fp32=True),
+                                  "linear_2": linear_spec(dim, dim, ("embed", None), fp32=True)},
+            "linear": linear_spec(dim, rows * dim, (None, None), fp32=True)}
+
+
+def _table(*shape: int) -> ParamSpec:
+    return ParamSpec(shape, fp32=True, axes=(None,) * len(shape))
+
+
+def transformer_specs(cfg: LTX2TransformerConfig) -> SpecTree:
+    """Spec tree of ``LTX2VideoTransformer3DModel`` (blocks stacked under ``blocks``; AdaLN leaves float32)."""
+    d, da, n = cfg.inner_dim, cfg.audio_inner_dim, cfg.num_layers
+    rows, arows = (9 if cfg.cross_attn_mod else 6), (9 if cfg.audio_cross_attn_mod else 6)
+    blocks: dict = {name: _attention_specs(cfg, name) for name in ATTENTIONS}
+    blocks["ff"] = {"proj_in": linear_spec(d, 4 * d, ("embed", "mlp"), layers=n, bias=cfg.ff_bias),
+                    "proj_out": linear_spec(4 * d, d, ("mlp", "embed"), layers=n, bias=cfg.ff_bias)}
+    blocks["audio_ff"] = {"proj_in": linear_spec(da, 4 * da, ("embed", "mlp"), layers=n, bias=cfg.audio_ff_bias),
+                          "proj_out": linear_spec(4 * da, da, ("mlp", "embed"), layers=n, bias=cfg.audio_ff_bias)}
+    blocks["scale_shift_table"] = _table(n, rows, d)
+    blocks["audio_scale_shift_table"] = _table(n, arows, da)
+    if cfg.prompt_modulation:
+        blocks["prompt_scale_shift_table"] = _table(n, 2, d)
+        blocks["audio_prompt_scale_shift_table"] = _table(n, 2, da)
+    blocks["video_a2v_cross_attn_scale_shift_table"] = _table(n, 5, d)
+    blocks["audio_a2v_cross_attn_scale_shift_table"] = _table(n, 5, da)
+    specs: SpecTree = {
+        "proj_in": linear_spec(cfg.in_channels, d, (None, "embed")),
+        "audio_proj_in": linear_spec(cfg.audio_in_channels, da, (None, "embed")),
+        "time_embed": _adaln_specs(d, rows),
+        "audio_time_embed": _adaln_specs(da, arows),
+        "av_cross_attn_video_scale_shift": _adaln_specs(d, 4),
+        "av_cross_attn_audio_scale_shift": _adaln_specs(da, 4),
+        "av_cross_attn_video_a2v_gate": _adaln_specs(d, 1),
+        "av_cross_attn_audio_v2a_gate": _adaln_specs(da, 1),
+        "scale_shift_table": _table(2, d),
+        "audio_scale_shift_table": _table(2, da),
+        "proj_out": linear_spec(d, cfg.out_ch, ("embed", None)),
+        "audio_proj_out": linear_spec(da, cfg.audio_out_ch, ("embed", None)),
+        "blocks": blocks,
+    }
+    if cfg.use_keyframes_abs_pos_embedding:
+        specs["keyframes_abs_pos_embedding"] = ParamSpec((1, d), axes=(None, "embed"))
+    if cfg.use_prompt_embeddings:
+        for name, width in (("caption_projection", d), ("audio_caption_projection", da)):
+            specs[name] = {"linear_1": linear_spec(cfg.caption_channels, width, (None, "embed")),
+                           "linear_2": linear_spec(width, width, ("embed", None))}
+    if cfg.prompt_adaln:
+        specs["prompt_adaln"] = _adaln_specs(d, 2)
+        specs["audio_prompt_adaln"] = _adaln_specs(da, 2)
+    return specs
+
+
+# --------------------------------------------------------------------------- positions and RoPE (host, numpy)
+
+
+def video_coords(cfg: LTX2TransformerConfig, num_frames: int, height: int, width: int,
+                 fps: float = 24.0) -> np.ndarray:
+    """float32 ``(3, F*H*W, 2)`` pixel-space ``[start, end)`` bounds of each latent token (frames in seconds),
+    ``LTX2AudioVideoRotaryPosEmbed.prepare_video_coords`` in its float32 operation order."""
+    f32 = np.float32
+    axes = [np.arange(0, s, dtype=f32) for s in (num_frames, height, width)]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=0).reshape(3, -1)
+    lat = np.stack([grid, grid + f32(1)], axis=-1)  # patch sizes are 1
+    pix = lat * np.asarray(cfg.vae_scale_factors, f32)[:, None, None]
+    pix[0] = np.maximum(pix[0] + f32(cfg.causal_offset) - f32(cfg.vae_scale_factors[0]), f32(0)) / f32(fps)
+    return pix
+
+
+def audio_coords(cfg: LTX2TransformerConfig, num_frames: int, shift: int = 0) -> np.ndarray:
+    """float32 ``(1, T, 2)`` ``[start, end)`` seconds of each audio latent frame
+    (``LTX2AudioVideoRotaryPosEmbed.prepare_audio_coords``)."""
+    f32 = np.float32
+    sf = f32(cfg.audio_scale_factor)
+    g = np.arange(shift, num_frames + shift, dtype=f32)
+
+    def seconds(mel):
+        mel = np.maximum(mel + f32(cfg.causal_offset) - sf, f32(0))
+        return mel * f32(cfg.audio_hop_length) / f32(cfg.audio_sampling_rate)
+
+    return np.stack([seconds(g * sf), seconds((g + f32(1)) * sf)], axis=-1)[None]
+
+
+def rope_table(cfg: LTX2TransformerConfig, coords: np.ndarray, max_pos: tuple[float, ...], dim: int,
+               heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``(cos, sin)`` for ``coords`` ``(P, T, 2)``: ``(T, dim)`` interleaved, ``(T, heads, dim/2/heads)``
+    split.
+
+    Upstream ``precompute_freqs_cis`` with ``use_middle_indices_grid``: positions are the bounds' midpoints over
+    ``max_pos``; frequencies ``theta^linspace(0, 1, dim // (2P))`` in float64 (``generate_freq_grid_np``; in float32
+    without ``rope_double_precision``) times ``pi/2``, rounded to float32; angles ``(2 pos - 1) freq`` in float32,
+    ordered frequency-major; the missing ``dim/2 - P n`` (split) or ``dim % 2P`` (interleaved) leading entries are
+    ``cos 1, sin 0``."""
+    f32 = np.float32
+    p_dims = coords.shape[0]
+    mid = (coords[..., 0] + coords[..., 1]) / f32(2)  # (P, T)
+    frac = np.stack([mid[i] / f32(max_pos[i]) for i in range(p_dims)], axis=-1)  # (T, P)
+    ftype = np.float64 if cfg.rope_double_precision else np.float32
+    n = dim // (2 * p_dims)
+    freqs = (np.power(ftype(cfg.rope_theta), np.linspace(0.0, 1.0, n, dtype=ftype)) * np.pi / 2).astype(f32)
+    ang = (frac[..., None] * f32(2) - f32(1)) * freqs  # (T, P, n)
+    ang = np.swapaxes(ang, -1, -2).reshape(ang.shape[0], -1)  # (T, n * P), frequency-major
+    cos, sin = np.cos(ang).astype(f32), np.sin(ang).astype(f32)
+    t = ang.shape[0]
+    if cfg.rope_type == "interleaved":
+        cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
+        pad = dim % (2 * p_dims)
+    else:
+        pad = dim // 2 - cos.shape[-1]
+    cos = np.concatenate([np.ones((t, pad), f32), cos], axis=-1)
+    sin = np.concatenate([np.zeros((t, pad), f32), sin], axis=-1)
+    if cfg.rope_type == "split":
+        return cos.reshape(t, heads, -1), sin.reshape(t, heads, -1)
+    return cos, sin
+
+
+def rope_tables(cfg: LTX2TransformerConfig, vcoords: np.ndarray, acoords: np.ndarray) -> dict[str, tuple]:
+    """The four tables of a forward: video / audio self-attention, and the temporal-only video / audio tables of the
+    cross-modal attentions (width ``audio_cross_attention_dim``, base ``max(pos_embed_max_pos,
+    audio_pos_embed_max_pos)`` frames)."""
+    cross_max = max(cfg.pos_embed_max_pos, cfg.audio_pos_embed_max_pos)
+    return {
+        "video": rope_table(cfg, vcoords, (cfg.pos_embed_max_pos, cfg.base_height, cfg.base_width), cfg.inner_dim,
+                            cfg.num_attention_heads),
+        "audio": rope_table(cfg, acoords, (cfg.audio_pos_embed_max_pos,), cfg.audio_inner_dim,
+                            cfg.audio_num_attention_heads),
+        "ca_video": rope_table(cfg, vcoords[:1], (cross_max,), cfg.audio_cross_attention_dim,
+                               cfg.num_attention_heads),
+        "ca_audio": rope_table(cfg, acoords[:1], (cross_max,), cfg.audio_cross_attention_dim,
+                               cfg.audio_num_attention_heads),
+    }
+
+
+def _rotate(x: jax.Array, table: tuple, rope_type: str) -> jax.Array:
+    """Rotate float32 ``x`` ``(B, T, W)``: interleaved pairs over ``W`` (table ``(T, W)``), or split halves of each
+    of ``g`` groups of ``W / g`` (table ``(T, g, r)``)."""
+    cos, sin = table
+    if rope_type == "interleaved":
+        pairs = x.reshape(*x.shape[:-1], -1, 2)
+        rot = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
+        return x * cos + rot * sin
+    b, t, w = x.shape
+    g = cos.shape[1]
+    xh = x.reshape(b, t, g, w // g)
+    half = xh.shape[-1] // 2
+    first, second = xh[..., :half], xh[..., half:]
+    return jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1).reshape(b, t, w)
+
+
+# --------------------------------------------------------------------------- block
+
+
+def _rms(x: jax.Array, scale: jax.Array | None = None, eps: float = 1e-6) -> jax.Array:
+    x = x.astype(jnp.float32)
+    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
+    return y if scale is None else y * scale.astype(jnp.float32)
+
+
+def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_type: str, impl,
+            q_rope=None, k_rope=None) -> jax.Array:
+    """``LTX2Attention`` with ``LTX2AudioVideoAttnProcessor``: float32 ``x (B, S, Dq)`` attends float32
+    ``ctx (B, L, Dkv)``; returns float32 ``(B, S, Dq)``."""
+    dtype = p["to_q"]["kernel"].dtype
+    xd, cd = x.astype(dtype), ctx.astype(dtype)
+    q = _rms(linear(p["to_q"], xd, jnp.float32), p["norm_q"]["scale"], eps)
+    k = _rms(linear(p["to_k"], cd, jnp.float32), p["norm_k"]["scale"], eps)
+    v = linear(p["to_v"], cd)
+    if q_rope is not None:
+        q, k = _rotate(q, q_rope, rope_type), _rotate(k, k_rope, rope_type)
+    b, s, w = q.shape
+    o = attention(q.astype(dtype).reshape(b, s, heads, -1), k.astype(dtype).reshape(b, k.shape[1], heads, -1),
+                  v.reshape(b, v.shape[1], heads, -1), implementation=impl)
+    if "to_gate_logits" in p:
+        gates = 2.0 * jax.nn.sigmoid(linear(p["to_gate_logits"], xd, jnp.float32))
+        o = (o.astype(jnp.float32) * gates[..., None]).astype(dtype)
+    return linear(p["to_out"], o.reshape(b, s, w), jnp.float32)
+
+
+def _ff(p: dict, x: jax.Array) -> jax.Array:
+    dtype = p["proj_in"]["kernel"].dtype
+    g = jax.nn.gelu(linear(p["proj_in"], x.astype(dtype), jnp.float32), approximate=True)
+    return linear(p["proj_out"], g.astype(dtype), jnp.float32)
+
+
+def _mod(table: jax.Array, emb: jax.Array) -> list[jax.Array]:
+    """``get_mod_params``: float32 ``table (n, D) + emb (B, 1, n*D)`` split into ``n`` rows ``(B, 1, D)``."""
+    b = emb.shape[0]
+    vals = table.astype(jnp.float32)[None, None] + emb.reshape(b, 1, table.shape[0], -1)
+    return [vals[:, :, i] for i in range(table.shape[0])]
+
+
+def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, cond: dict, ropes: dict,
+          cfg: LTX2TransformerConfig, impl) -> tuple[jax.Array, jax.Array]:
+    """One ``LTX2VideoTransformerBlock`` (``use_a2v_cross_attention`` and ``use_v2a_cross_attention`` on, no masks)
+    on float32 video ``x (B, S, D)`` and audio ``a (B, T, Da)``; ``cond``: the embeddings of
+    :func:`_conditioning`. Returns the updated float32 streams."""
+    eps, rt = cfg.norm_eps, cfg.rope_type
+    h, ha = cfg.num_attention_heads, cfg.audio_num_attention_heads
+    vm = _mod(p["scale_shift_table"], cond["temb"])
+    am = _mod(p["audio_scale_shift_table"], cond["temb_audio"])
+    with jax.named_scope("self_attention"):
+        xn = _rms(x, None, eps) * (1 + vm[1]) + vm[0]
+        x = x + _attend(p["attn1"], xn, xn, h, eps, rt, impl, ropes["video"], ropes["video"]) * vm[2]
+        an = _rms(a, None, eps) * (1 + am[1]) + am[0]
+        a = a + _attend(p["audio_attn1"], an, an, ha, eps, rt, impl, ropes["audio"], ropes["audio"]) * am[2]
+    with jax.named_scope("text_cross_attention"):
+        if cfg.prompt_modulation:
+            if cfg.prompt_adaln:
+                kv_shift, kv_scale = _mod(p["prompt_scale_shift_table"], cond["temb_prompt"])
+                akv_shift, akv_scale = _mod(p["audio_prompt_scale_shift_table"], cond["temb_prompt_audio"])
+            else:
+                kv_shift, kv_scale = p["prompt_scale_shift_table"].astype(jnp.float32)
+                akv_shift, akv_scale = p["audio_prompt_scale_shift_table"].astype(jnp.float32)
+            ctx = ctx * (1 + kv_scale) + kv_shift
+            actx = actx * (1 + akv_scale) + akv_shift
+        xn = _rms(x, None, eps)
+        if cfg.cross_attn_mod:
+            xn = xn * (1 + vm[7]) + vm[6]
+        o = _attend(p["attn2"], xn, ctx, h, eps, rt, impl)
+        x = x + (o * vm[8] if cfg.cross_attn_mod else o)
+        an = _rms(a, None, eps)
+        if cfg.audio_cross_attn_mod:
+            an = an * (1 + am[7]) + am[6]
+        o = _attend(p["audio_attn2"], an, actx, ha, eps, rt, impl)
+        a = a + (o * am[8] if cfg.audio_cross_attn_mod else o)
+    with jax.named_scope("audio_video_cross_attention"):
+        xn, an = _rms(x, None, eps), _rms(a, None, eps)
+        vt, at = p["video_a2v_cross_attn_scale_shift_table"], p["audio_a2v_cross_attn_scale_shift_table"]
+        v_a2v_scale, v_a2v_shift, v_v2a_scale, v_v2a_shift = _mod(vt[:4], cond["video_ca_scale_shift"])
+        a_a2v_scale, a_a2v_shift, a_v2a_scale, a_v2a_shift = _mod(at[:4], cond["audio_ca_scale_shift"])
+        a2v_gate = _mod(vt[4:], cond["video_ca_gate"])[0]
+        v2a_gate = _mod(at[4:], cond["audio_ca_gate"])[0]
+        o = _attend(p["audio_to_video_attn"], xn * (1 + v_a2v_scale) + v_a2v_shift,
+                    an * (1 + a_a2v_scale) + a_a2v_shift, ha, eps, rt, impl, ropes["ca_video"], ropes["ca_audio"])
+        x = x + a2v_gate * o
+        o = _attend(p["video_to_audio_attn"], an * (1 + a_v2a_scale) + a_v2a_shift,
+                    xn * (1 + v_v2a_scale) + v_v2a_shift, ha, eps, rt, impl, ropes["ca_audio"], ropes["ca_video"])
+        a = a + v2a_gate * o
+    with jax.named_scope("feed_forward"):
+        x = x + _ff(p["ff"], _rms(x, None, eps) * (1 + vm[4]) + vm[3]) * vm[5]
+        a = a + _ff(p["audio_ff"], _rms(a, None, eps) * (1 + am[4]) + am[3]) * am[5]
+    return x, a
+
+
+# --------------------------------------------------------------------------- model
+
+
+def _adaln(p: dict, t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``LTX2AdaLayerNormSingle``: float32 ``(linear(silu(emb)) (B, 1, rows*D), emb (B, 1, D))``."""
+    tp = p["timestep_embedder"]
+    emb = linear(tp["linear_2"], jax.nn.silu(linear(tp["linear_1"], time_proj(t), jnp.float32)), jnp.float32)
+    out = linear(p["linear"], jax.nn.silu(emb), jnp.float32)
+    return out[:, None], emb[:, None]
+
+
+def _conditioning(params: dict, cfg: LTX2TransformerConfig, timestep, audio_timestep, sigma, audio_sigma,
+                  use_cross_timestep: bool) -> dict:
+    temb, emb = _adaln(params["time_embed"], timestep)
+    temb_audio, aemb = _adaln(params["audio_time_embed"], audio_timestep)
+    cond = {"temb": temb, "temb_audio": temb_audio, "emb": emb, "emb_audio": aemb}
+    if cfg.prompt_adaln:
+        cond["temb_prompt"] = _adaln(params["prompt_adaln"], sigma)[0]
+        cond["temb_prompt_audio"] = _adaln(params["audio_prompt_adaln"], audio_sigma)[0]
+    gate_factor = cfg.cross_attn_timestep_scale_multiplier / cfg.timestep_scale_multiplier
+    vt = audio_sigma if use_cross_timestep else timestep
+    at = sigma if use_cross_timestep else audio_timestep
+    cond["video_ca_scale_shift"] = _adaln(params["av_cross_attn_video_scale_shift"], vt)[0]
+    cond["video_ca_gate"] = _adaln(params["av_cross_attn_video_a2v_gate"], vt * gate_factor)[0]
+    cond["audio_ca_scale_shift"] = _adaln(params["av_cross_attn_audio_scale_shift"], at)[0]
+    cond["audio_ca_gate"] = _adaln(params["av_cross_attn_audio_v2a_gate"], at * gate_factor)[0]
+    return cond
+
+
+def _head(p_table: jax.Array, emb: jax.Array, p_proj: dict, x: jax.Array) -> jax.Array:
+    vals = p_table.astype(jnp.float32)[None, None] + emb[:, :, None]
+    y = layer_norm(x, None, 1e-6) * (1 + vals[:, :, 1]) + vals[:, :, 0]
+    return linear(p_proj, y.astype(p_proj["kernel"].dtype), jnp.float32)
+
+
+def _caption(p: dict, x: jax.Array) -> jax.Array:
+    """``PixArtAlphaTextProjection`` (linear, GELU-tanh, linear), float32."""
+    dtype = p["linear_1"]["kernel"].dtype
+    g = jax.nn.gelu(linear(p["linear_1"], x.astype(dtype), jnp.float32), approximate=True)
+    return linear(p["linear_2"], g.astype(dtype), jnp.float32)
+
+
+@partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep"))
+def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, *,
+             cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool):
+    impl = AttentionImpl(attention_impl)
+    cond = _conditioning(params, cfg, timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep)
+    x = linear(params["proj_in"], x.astype(params["proj_in"]["kernel"].dtype), jnp.float32)
+    a = linear(params["audio_proj_in"], a.astype(params["audio_proj_in"]["kernel"].dtype), jnp.float32)
+    ctx, actx = ctx.astype(jnp.float32), actx.astype(jnp.float32)
+    if cfg.use_prompt_embeddings:
+        ctx, actx = _caption(params["caption_projection"], ctx), _caption(params["audio_caption_projection"], actx)
+
+    def step(carry, blk):
+        return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl), None
+
+    (x, a), _ = jax.lax.scan(step, (x, a), params["blocks"])
+    out = _head(params["scale_shift_table"], cond["emb"], params["proj_out"], x)
+    aout = _head(params["audio_scale_shift_table"], cond["emb_audio"], params["audio_proj_out"], a)
+    return out, aout
+
+
+def _per_sample(v: Any, b: int, name: str) -> jax.Array:
+    arr = jnp.asarray(v, jnp.float32).reshape(-1)
+    if arr.shape[0] == 1:
+        arr = jnp.broadcast_to(arr, (b,))
+    if arr.shape != (b,):
+        raise ValueError(f"{name} must be a scalar or (B,) = ({b},); got shape {tuple(np.shape(v))}")
+    return arr
+
+
+def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_hidden_states: Any,
+            encoder_hidden_states: Any, audio_encoder_hidden_states: Any, timestep: Any, *,
+            num_frames: int, height: int, width: int, audio_num_frames: int, fps: float = 24.0,
+            audio_timestep: Any = None, sigma: Any = None, audio_sigma: Any = None,
+            use_cross_timestep: bool = False, attention_impl: AttentionImpl | str = AttentionImpl.XLA,
+            precision: str | None = "highest") -> tuple[jax.Array, jax.Array]:
+    """``LTX2VideoTransformer3DModel.forward`` (no masks, no STG, modalities not isolated).
+
+    Args:
+      params: tree of :func:`transformer_specs` (:func:`vidax.models.ltx2.keymap.load_transformer`).
+      hidden_states: ``(B, F*H*W, in_channels)`` patchified video latents (frame-major).
+      audio_hidden_states: ``(B, audio_num_frames, audio_in_channels)``.
+      encoder_hidden_states, audio_encoder_hidden_states: ``(B, L, cross_attention_dim)`` /
+        ``(B, L, audio_cross_attention_dim)`` text contexts (the connectors' outputs; ``caption_channels`` wide
+        with ``use_prompt_embeddings``).
+      timestep: scalar or ``(B,)``, already times ``timestep_scale_multiplier``; ``audio_timestep`` defaults to it.
+      sigma, audio_sigma: scalar or ``(B,)``; read by ``prompt_adaln`` and with ``use_cross_timestep``; ``sigma``
+        defaults to ``timestep / timestep_scale_multiplier``, ``audio_sigma`` to ``sigma``.
+      num_frames, height, width: the latent grid; fps: the video frame rate (RoPE time axis).
+
+    Returns:
+      float32 ``(video (B, F*H*W, out_channels), audio (B, audio_num_frames, audio_out_channels))``.
+
+    Raises:
+      ValueError: shapes that do not fit the configuration or the grid.
+    """
+    x, a = np.shape(hidden_states), np.shape(audio_hidden_states)
+    b = x[0] if len(x) == 3 else -1
+    tokens = num_frames * height * width
+    if len(x) != 3 or x[1:] != (tokens, cfg.in_channels) or not 0 < tokens <= _MAX_TOKENS:
+        raise ValueError(f"hidden_states must be (B, {tokens}, {cfg.in_channels}); got {x}")
+    if a != (b, audio_num_frames, cfg.audio_in_channels) or not 0 < audio_num_frames <= _MAX_TOKENS:
+        raise ValueError(f"audio_hidden_states must be ({b}, {audio_num_frames}, {cfg.audio_in_channels}); got {a}")
+    cw = cfg.caption_channels if cfg.use_prompt_embeddings else None
+    for name, v, w in (("encoder_hidden_states", encoder_hidden_states, cw or cfg.cross_attention_dim),
+                       ("audio_encoder_hidden_states", audio_encoder_hidden_states,
+                        cw or cfg.audio_cross_attention_dim)):
+        s = np.shape(v)
+        if len(s) != 3 or s[0] != b or s[2] != w:
+            raise ValueError(f"{name} must be ({b}, L, {w}); got {s}")
+    t = _per_sample(timestep, b, "timestep")
+    at = t if audio_timestep is None else _per_sample(audio_timestep, b, "audio_timestep")
+    sg = t / cfg.timestep_scale_multiplier if sigma is None else _per_sample(sigma, b, "sigma")
+    asg = sg if audio_sigma is None else _per_sample(audio_sigma, b, "audio_sigma")
+    ropes = rope_tables(cfg, video_coords(cfg, num_frames, height, width, fps), audio_coords(cfg, audio_num_frames))
+    ropes = jax.tree_util.tree_map(jnp.asarray, ropes)
+    ctx = contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
+    with ctx:
+        return _forward(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
+                        jnp.asarray(encoder_hidden_states), jnp.asarray(audio_encoder_hidden_states), t, at, sg, asg,
+                        ropes, cfg=cfg, attention_impl=AttentionImpl(attention_impl).value,
+                        use_cross_timestep=bool(use_cross_timestep))
+
+
+def load_transformer(folder: str | Path, dtype: Any = np.float32, **load_kwargs):
+    """Load diffusers' ``transformer/`` folder strictly (see :func:`vidax.models.ltx2.keymap.load_transformer`)."""
+    from vidax.models.ltx2.keymap import load_transformer as _load
+    return _load(folder, dtype, **load_kwargs)
