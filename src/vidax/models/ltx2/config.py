@@ -80,7 +80,8 @@ class LTX2TransformerConfig:
         if self.qk_norm != "rms_norm_across_heads":
             raise ValueError(f"ltx2 transformer config: qk_norm {self.qk_norm!r} is not supported")
         if self.norm_elementwise_affine:
-            raise ValueError("ltx2 transformer config: norm_elementwise_affine=True is not supported (no release has it)")
+            raise ValueError("ltx2 transformer config: norm_elementwise_affine=True is not supported "
+                             "(no release has it)")
         if (self.patch_size, self.patch_size_t, self.audio_patch_size, self.audio_patch_size_t) != (1, 1, 1, 1):
             raise ValueError("ltx2 transformer config: patch sizes other than 1 are not supported")
         for name in ("in_channels", "num_attention_heads", "attention_head_dim", "cross_attention_dim",
