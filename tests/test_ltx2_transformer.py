@@ -16,21 +16,22 @@ from vidax.models.ltx2.transformer import audio_coords, forward, rope_table, vid
 
 B, F, H, W, T, L = 2, 2, 3, 2, 5, 4  # batch, latent grid, audio frames, text length
 COMMON = dict(in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16,
-              audio_in_channels=6, audio_out_channels=6, audio_num_attention_heads=2, audio_attention_head_dim=4,
-              audio_cross_attention_dim=8, num_layers=2, caption_channels=12, base_height=64, base_width=64)
+              audio_in_channels=6, audio_out_channels=6, audio_num_attention_heads=2, audio_attention_head_dim=8,
+              audio_cross_attention_dim=16, num_layers=2, caption_channels=12, base_height=64, base_width=64)
 VARIANTS = {
-    # LTX-2.5: gated attention, text cross-attention AdaLN with the static prompt table, split RoPE, no video FFN
-    # bias, text projected by the connectors, keyframe embedding present.
+    # LTX-2.5 as released: gated attention, text cross-attention AdaLN with the sigma-dependent prompt embedders,
+    # split RoPE, no video FFN bias, text projected by the connectors, keyframe embedding present.
     "ltx25": dict(gated_attn=True, audio_gated_attn=True, cross_attn_mod=True, audio_cross_attn_mod=True,
-                  rope_type="split", ff_bias=False, use_prompt_embeddings=False, use_prompt_adaln_single=False,
+                  rope_type="split", ff_bias=False, use_prompt_embeddings=False, use_prompt_adaln_single=True,
                   use_keyframes_abs_pos_embedding=True, perturbed_attn=True),
-    # LTX-2.3: sigma-dependent prompt modulation (prompt_adaln), cross timesteps.
-    "ltx23": dict(gated_attn=True, audio_gated_attn=True, cross_attn_mod=True, audio_cross_attn_mod=True,
-                  rope_type="split", use_prompt_embeddings=False, use_prompt_adaln_single=True),
+    # diffusers' KV-cacheable option: static per-block prompt tables (no prompt_adaln), no audio FFN bias.
+    "static_prompt": dict(gated_attn=True, audio_gated_attn=False, cross_attn_mod=True, audio_cross_attn_mod=False,
+                          rope_type="split", audio_ff_bias=False, use_prompt_embeddings=False,
+                          use_prompt_adaln_single=False),
     # LTX-2.0: interleaved RoPE, caption projections, plain 6-row AdaLN.
     "ltx20": dict(rope_type="interleaved"),
 }
-CROSS_TIMESTEP = {"ltx25": True, "ltx23": True, "ltx20": False}
+CROSS_TIMESTEP = {"ltx25": True, "static_prompt": False, "ltx20": False}
 
 
 def _rel(out, ref):
