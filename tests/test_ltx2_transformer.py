@@ -131,3 +131,52 @@ def test_rope_matches_upstream(rope_type):
             ucos, usin = ucos[0], usin[0]
         np.testing.assert_allclose(cos, ucos.numpy(), atol=2e-6)
         np.testing.assert_allclose(sin, usin.numpy(), atol=2e-6)
+
+
+# diffusers scripts/convert_ltx2_to_diffusers.py LTX_2_0_TRANSFORMER_KEYS_RENAME_DICT (+ adaln_single, prompt_adaln
+# handled separately there), inverted, with the release prefix.
+_RELEASE_RENAMES = (("av_cross_attn_video_scale_shift", "av_ca_video_scale_shift_adaln_single"),
+                    ("av_cross_attn_video_a2v_gate", "av_ca_a2v_gate_adaln_single"),
+                    ("av_cross_attn_audio_scale_shift", "av_ca_audio_scale_shift_adaln_single"),
+                    ("av_cross_attn_audio_v2a_gate", "av_ca_v2a_gate_adaln_single"),
+                    ("video_a2v_cross_attn_scale_shift_table", "scale_shift_table_a2v_ca_video"),
+                    ("audio_a2v_cross_attn_scale_shift_table", "scale_shift_table_a2v_ca_audio"),
+                    ("prompt_adaln.", "prompt_adaln_single."), ("norm_q", "q_norm"), ("norm_k", "k_norm"))
+
+
+def _to_release(key):
+    for ours, theirs in _RELEASE_RENAMES:
+        key = key.replace(ours, theirs)
+    for ours, theirs in (("audio_time_embed.", "audio_adaln_single."), ("time_embed.", "adaln_single."),
+                         ("audio_proj_in.", "audio_patchify_proj."), ("proj_in.", "patchify_proj.")):
+        if key.startswith(ours):
+            key = theirs + key[len(ours):]
+    return "model.diffusion_model." + key
+
+
+def test_release_layout(case, tmp_path):
+    """The transformer inside a release checkpoint (upstream names, beside connector / VAE tensors) loads to the
+    same parameters as the diffusers folder."""
+    import jax
+    from safetensors.torch import load_file, save_file
+
+    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.reader import CheckpointReader
+    from vidax.models.ltx2.keymap import transformer_release_keymap
+    from vidax.models.ltx2.transformer import transformer_specs
+
+    name, path, *_ = case
+    if name != "ltx25":
+        pytest.skip("one variant is enough")
+    state = {_to_release(k): v for k, v in load_file(str(path / "diffusion_pytorch_model.safetensors")).items()}
+    state["model.diffusion_model.video_embeddings_connector.learnable_registers"] = torch.zeros(2, 2)
+    state["text_embedding_projection.video_aggregate_embed.weight"] = torch.zeros(2, 2)
+    state["vae.decoder.conv_in.weight"] = torch.zeros(2)
+    save_file(state, str(tmp_path / "release.safetensors"))
+    ref, cfg = load_transformer(path)
+    ours = load_params(CheckpointReader(tmp_path / "release.safetensors"), transformer_release_keymap(cfg),
+                       transformer_specs(cfg))
+    flat_ours, flat_ref = jax.tree_util.tree_leaves_with_path(ours), jax.tree_util.tree_leaves_with_path(ref)
+    assert [p for p, _ in flat_ours] == [p for p, _ in flat_ref]
+    for (_, a), (_, b) in zip(flat_ours, flat_ref):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -76,3 +76,39 @@ def load_transformer(folder: str | Path, dtype: Any = np.float32,
     params = load_params(CheckpointReader(folder), transformer_keymap(cfg), transformer_specs(cfg), dtype,
                          source=str(folder), **load_kwargs)
     return params, cfg
+
+
+#: diffusers name -> upstream (release checkpoint) name, inverse of diffusers' ``scripts/convert_ltx2_to_diffusers.py``
+#: ``LTX_2_0_TRANSFORMER_KEYS_RENAME_DICT`` plus its separate ``adaln_single`` / ``prompt_adaln_single`` handling.
+#: Top-level module prefixes:
+RELEASE_MODULES = {"proj_in": "patchify_proj", "audio_proj_in": "audio_patchify_proj",
+                   "time_embed": "adaln_single", "audio_time_embed": "audio_adaln_single",
+                   "av_cross_attn_video_scale_shift": "av_ca_video_scale_shift_adaln_single",
+                   "av_cross_attn_audio_scale_shift": "av_ca_audio_scale_shift_adaln_single",
+                   "av_cross_attn_video_a2v_gate": "av_ca_a2v_gate_adaln_single",
+                   "av_cross_attn_audio_v2a_gate": "av_ca_v2a_gate_adaln_single",
+                   "prompt_adaln": "prompt_adaln_single", "audio_prompt_adaln": "audio_prompt_adaln_single"}
+#: Inside ``transformer_blocks.{i}``:
+RELEASE_BLOCK_NAMES = {".video_a2v_cross_attn_scale_shift_table": ".scale_shift_table_a2v_ca_video",
+                       ".audio_a2v_cross_attn_scale_shift_table": ".scale_shift_table_a2v_ca_audio",
+                       ".norm_q.": ".q_norm.", ".norm_k.": ".k_norm."}
+RELEASE_PREFIX = "model.diffusion_model."
+
+
+def transformer_release_keymap(cfg: LTX2TransformerConfig) -> KeyMap:
+    """Key map of the transformer inside a release checkpoint (upstream names under ``model.diffusion_model.``:
+    ``patchify_proj``, ``adaln_single``, ``transformer_blocks.{i}.attn1.q_norm``, ...). The file's other tensors
+    (the text connectors under the same prefix, ``text_embedding_projection.*``, VAEs, vocoder) are ignored; the
+    transformer's own are matched strictly."""
+    out = []
+    for r in transformer_keymap(cfg).rules:
+        key = r.key
+        head, _, rest = key.partition(".")
+        if head in RELEASE_MODULES:
+            key = f"{RELEASE_MODULES[head]}.{rest}"
+        if key.startswith("transformer_blocks."):
+            for ours, theirs in RELEASE_BLOCK_NAMES.items():
+                key = key.replace(ours, theirs)
+        out.append(Rule(RELEASE_PREFIX + key, r.path, r.layout))
+    ignore = [r"(?!model\.diffusion_model\.)", r"model\.diffusion_model\.(video|audio)_embeddings_connector\."]
+    return KeyMap(out, ignore=ignore)
