@@ -64,11 +64,11 @@ def case(request, tmp_path_factory):
     kw = dict(num_frames=F, height=H, width=W, fps=24.0, audio_num_frames=T, use_cross_timestep=CROSS_TIMESTEP[name])
     with torch.no_grad():
         ref = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}, **kw, return_dict=False)
-    return name, path, inputs, kw, tuple(r.numpy() for r in ref)
+    return name, path, inputs, kw, tuple(r.numpy() for r in ref), model
 
 
 def test_transformer_fp32_matches_diffusers(case):
-    name, path, inputs, kw, (ref_v, ref_a) = case
+    name, path, inputs, kw, (ref_v, ref_a), _ = case
     params, cfg = load_transformer(path)
     out_v, out_a = forward(params, cfg, **inputs, **kw)
     assert out_v.shape == ref_v.shape and out_a.shape == ref_a.shape
@@ -78,7 +78,7 @@ def test_transformer_fp32_matches_diffusers(case):
 
 
 def test_transformer_bf16_with_fp32_tables(case):
-    name, path, inputs, kw, (ref_v, ref_a) = case
+    name, path, inputs, kw, (ref_v, ref_a), _ = case
     params, cfg = load_transformer(path, jnp.bfloat16)
     blocks = params["blocks"]
     assert blocks["attn1"]["to_q"]["kernel"].dtype == jnp.bfloat16
@@ -180,3 +180,27 @@ def test_release_layout(case, tmp_path):
     assert [p for p, _ in flat_ours] == [p for p, _ in flat_ref]
     for (_, a), (_, b) in zip(flat_ours, flat_ref):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_per_token_timesteps_and_keyframes(case):
+    """Per-token video / audio timesteps (image conditioning: the first latent frame clean), the keyframe marker on
+    the first latent frame's tokens and padded text masks, against the reference."""
+    name, path, inputs, kw, _, model = case
+    if name != "ltx25":
+        pytest.skip("one variant is enough")
+    rng = np.random.default_rng(2)
+    inputs = dict(inputs, timestep=(rng.uniform(0, 1000, (B, F * H * W))).astype(np.float32),
+                  audio_timestep=(rng.uniform(0, 1000, (B, T))).astype(np.float32))
+    inputs["timestep"][:, : H * W] = 0.0
+    inputs["encoder_attention_mask"] = np.array([[0, 1, 1, 1], [1, 1, 1, 1]], np.float32)  # left padding
+    inputs["audio_encoder_attention_mask"] = np.array([[0, 0, 1, 1], [1, 1, 1, 1]], np.float32)
+    keyframes = np.zeros((B, F * H * W, 1), np.float32)
+    keyframes[:, : H * W] = 1.0
+    with torch.no_grad():
+        ref_v, ref_a = (r.numpy() for r in model(**{k: torch.from_numpy(v) for k, v in inputs.items()}, **kw,
+                                                 video_keyframes_mask=torch.from_numpy(keyframes), return_dict=False))
+    params, cfg = load_transformer(path)
+    out_v, out_a = forward(params, cfg, **inputs, **kw, video_keyframes_mask=keyframes)
+    ev, ea = _rel(out_v, ref_v), _rel(out_a, ref_a)
+    print(f"{name} per-token fp32 video {ev:.2e} audio {ea:.2e}")
+    assert ev < 1e-5 and ea < 1e-5, (ev, ea)

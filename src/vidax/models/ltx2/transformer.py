@@ -20,8 +20,8 @@ numpy: frequencies ``theta^linspace(0, 1, n) * pi / 2`` in float64 rounded to fl
 ``generate_freq_grid_np``), positions and angles in float32, as upstream and diffusers do; they stay float32 in a
 bf16 run (upstream casts them to the compute dtype; diffusers keeps float32).
 
-Not covered here: attention masks (text, self, cross), STG perturbation, ``isolate_modalities``, the keyframe
-marker input (the ``keyframes_abs_pos_embedding`` parameter is loaded), per-token timesteps, sharding and offload.
+Not covered here: attention masks (text, self, cross), STG perturbation, ``isolate_modalities``, explicit
+coordinates, sharding and offload.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def _rms(x: jax.Array, scale: jax.Array | None = None, eps: float = 1e-6) -> jax
 
 
 def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_type: str, impl,
-            q_rope=None, k_rope=None) -> jax.Array:
+            q_rope=None, k_rope=None, bias=None) -> jax.Array:
     """``LTX2Attention`` with ``LTX2AudioVideoAttnProcessor``: float32 ``x (B, S, Dq)`` attends float32
     ``ctx (B, L, Dkv)``; returns float32 ``(B, S, Dq)``."""
     dtype = p["to_q"]["kernel"].dtype
@@ -250,7 +250,8 @@ def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_
         q, k = _rotate(q, q_rope, rope_type), _rotate(k, k_rope, rope_type)
     b, s, w = q.shape
     o = attention(q.astype(dtype).reshape(b, s, heads, -1), k.astype(dtype).reshape(b, k.shape[1], heads, -1),
-                  v.reshape(b, v.shape[1], heads, -1), implementation=impl)
+                  v.reshape(b, v.shape[1], heads, -1), implementation=impl,
+                  bias=None if bias is None else bias[:, None, None, :])
     if "to_gate_logits" in p:
         gates = 2.0 * jax.nn.sigmoid(linear(p["to_gate_logits"], xd, jnp.float32))
         o = (o.astype(jnp.float32) * gates[..., None]).astype(dtype)
@@ -264,17 +265,19 @@ def _ff(p: dict, x: jax.Array) -> jax.Array:
 
 
 def _mod(table: jax.Array, emb: jax.Array) -> list[jax.Array]:
-    """``get_mod_params``: float32 ``table (n, D) + emb (B, 1, n*D)`` split into ``n`` rows ``(B, 1, D)``."""
-    b = emb.shape[0]
-    vals = table.astype(jnp.float32)[None, None] + emb.reshape(b, 1, table.shape[0], -1)
+    """``get_mod_params``: float32 ``table (n, D) + emb (B, N, n*D)`` split into ``n`` rows ``(B, N, D)`` (``N``: 1,
+    or one per token for per-token timesteps)."""
+    b, n = emb.shape[:2]
+    vals = table.astype(jnp.float32)[None, None] + emb.reshape(b, n, table.shape[0], -1)
     return [vals[:, :, i] for i in range(table.shape[0])]
 
 
 def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, cond: dict, ropes: dict,
-          cfg: LTX2TransformerConfig, impl) -> tuple[jax.Array, jax.Array]:
+          cfg: LTX2TransformerConfig, impl, text_bias=None, audio_text_bias=None) -> tuple[jax.Array, jax.Array]:
     """One ``LTX2VideoTransformerBlock`` (``use_a2v_cross_attention`` and ``use_v2a_cross_attention`` on, no masks)
     on float32 video ``x (B, S, D)`` and audio ``a (B, T, Da)``; ``cond``: the embeddings of
-    :func:`_conditioning`. Returns the updated float32 streams."""
+    :func:`_conditioning`; ``text_bias`` / ``audio_text_bias``: optional float32 ``(B, L)`` additive scores of the
+    text cross-attentions. Returns the updated float32 streams."""
     eps, rt = cfg.norm_eps, cfg.rope_type
     h, ha = cfg.num_attention_heads, cfg.audio_num_attention_heads
     vm = _mod(p["scale_shift_table"], cond["temb"])
@@ -297,12 +300,12 @@ def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, 
         xn = _rms(x, None, eps)
         if cfg.cross_attn_mod:
             xn = xn * (1 + vm[7]) + vm[6]
-        o = _attend(p["attn2"], xn, ctx, h, eps, rt, impl)
+        o = _attend(p["attn2"], xn, ctx, h, eps, rt, impl, bias=text_bias)
         x = x + (o * vm[8] if cfg.cross_attn_mod else o)
         an = _rms(a, None, eps)
         if cfg.audio_cross_attn_mod:
             an = an * (1 + am[7]) + am[6]
-        o = _attend(p["audio_attn2"], an, actx, ha, eps, rt, impl)
+        o = _attend(p["audio_attn2"], an, actx, ha, eps, rt, impl, bias=audio_text_bias)
         a = a + (o * am[8] if cfg.audio_cross_attn_mod else o)
     with jax.named_scope("audio_video_cross_attention"):
         xn, an = _rms(x, None, eps), _rms(a, None, eps)
@@ -327,11 +330,14 @@ def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, 
 
 
 def _adaln(p: dict, t: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``LTX2AdaLayerNormSingle``: float32 ``(linear(silu(emb)) (B, 1, rows*D), emb (B, 1, D))``."""
+    """``LTX2AdaLayerNormSingle`` on float32 ``t (B, N)``: float32 ``(linear(silu(emb)) (B, N, rows*D),
+    emb (B, N, D))``."""
     tp = p["timestep_embedder"]
-    emb = linear(tp["linear_2"], jax.nn.silu(linear(tp["linear_1"], time_proj(t), jnp.float32)), jnp.float32)
+    b, n = t.shape
+    emb = linear(tp["linear_2"], jax.nn.silu(linear(tp["linear_1"], time_proj(t.reshape(-1)), jnp.float32)),
+                 jnp.float32)
     out = linear(p["linear"], jax.nn.silu(emb), jnp.float32)
-    return out[:, None], emb[:, None]
+    return out.reshape(b, n, -1), emb.reshape(b, n, -1)
 
 
 def _conditioning(params: dict, cfg: LTX2TransformerConfig, timestep, audio_timestep, sigma, audio_sigma,
@@ -366,18 +372,22 @@ def _caption(p: dict, x: jax.Array) -> jax.Array:
 
 
 @partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep"))
-def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, *,
+def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes, text_bias,
+             audio_text_bias, *,
              cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool):
     impl = AttentionImpl(attention_impl)
     cond = _conditioning(params, cfg, timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep)
     x = linear(params["proj_in"], x.astype(params["proj_in"]["kernel"].dtype), jnp.float32)
     a = linear(params["audio_proj_in"], a.astype(params["audio_proj_in"]["kernel"].dtype), jnp.float32)
+    if keyframes is not None:
+        emb = params["keyframes_abs_pos_embedding"].astype(jnp.float32)
+        x = x + (keyframes > 0).astype(jnp.float32) * emb
     ctx, actx = ctx.astype(jnp.float32), actx.astype(jnp.float32)
     if cfg.use_prompt_embeddings:
         ctx, actx = _caption(params["caption_projection"], ctx), _caption(params["audio_caption_projection"], actx)
 
     def step(carry, blk):
-        return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl), None
+        return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl, text_bias, audio_text_bias), None
 
     (x, a), _ = jax.lax.scan(step, (x, a), params["blocks"])
     out = _head(params["scale_shift_table"], cond["emb"], params["proj_out"], x)
@@ -385,22 +395,29 @@ def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sig
     return out, aout
 
 
-def _per_sample(v: Any, b: int, name: str) -> jax.Array:
+def _per_sample(v: Any, b: int, name: str, tokens: int | None = None) -> jax.Array:
+    """float32 ``(B, 1)`` from a scalar or ``(B,)``, or ``(B, tokens)`` from a per-token ``(B, tokens)``."""
+    shape = tuple(np.shape(v))
+    if tokens is not None and shape == (b, tokens):
+        return jnp.asarray(v, jnp.float32)
     arr = jnp.asarray(v, jnp.float32).reshape(-1)
     if arr.shape[0] == 1:
         arr = jnp.broadcast_to(arr, (b,))
     if arr.shape != (b,):
-        raise ValueError(f"{name} must be a scalar or (B,) = ({b},); got shape {tuple(np.shape(v))}")
-    return arr
+        extra = f" or ({b}, {tokens})" if tokens is not None else ""
+        raise ValueError(f"{name} must be a scalar or (B,) = ({b},){extra}; got shape {shape}")
+    return arr[:, None]
 
 
 def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_hidden_states: Any,
             encoder_hidden_states: Any, audio_encoder_hidden_states: Any, timestep: Any, *,
             num_frames: int, height: int, width: int, audio_num_frames: int, fps: float = 24.0,
             audio_timestep: Any = None, sigma: Any = None, audio_sigma: Any = None,
-            use_cross_timestep: bool = False, attention_impl: AttentionImpl | str = AttentionImpl.XLA,
+            use_cross_timestep: bool = False, video_keyframes_mask: Any = None,
+            encoder_attention_mask: Any = None, audio_encoder_attention_mask: Any = None,
+            attention_impl: AttentionImpl | str = AttentionImpl.XLA,
             precision: str | None = "highest") -> tuple[jax.Array, jax.Array]:
-    """``LTX2VideoTransformer3DModel.forward`` (no masks, no STG, modalities not isolated).
+    """``LTX2VideoTransformer3DModel.forward`` (text masks only, no STG, modalities not isolated).
 
     Args:
       params: tree of :func:`transformer_specs` (:func:`vidax.models.ltx2.keymap.load_transformer`).
@@ -409,9 +426,15 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
       encoder_hidden_states, audio_encoder_hidden_states: ``(B, L, cross_attention_dim)`` /
         ``(B, L, audio_cross_attention_dim)`` text contexts (the connectors' outputs; ``caption_channels`` wide
         with ``use_prompt_embeddings``).
-      timestep: scalar or ``(B,)``, already times ``timestep_scale_multiplier``; ``audio_timestep`` defaults to it.
+      timestep: scalar, ``(B,)`` or per token ``(B, F*H*W)``, already times ``timestep_scale_multiplier``;
+        ``audio_timestep`` (scalar, ``(B,)`` or ``(B, audio_num_frames)``) defaults to it.
       sigma, audio_sigma: scalar or ``(B,)``; read by ``prompt_adaln`` and with ``use_cross_timestep``; ``sigma``
-        defaults to ``timestep / timestep_scale_multiplier``, ``audio_sigma`` to ``sigma``.
+        defaults to ``timestep / timestep_scale_multiplier`` (per-sample timesteps only), ``audio_sigma`` to
+        ``sigma``.
+      video_keyframes_mask: optional ``(B, F*H*W, 1)``, non-zero on tokens that get ``keyframes_abs_pos_embedding``
+        (needs ``use_keyframes_abs_pos_embedding``).
+      encoder_attention_mask, audio_encoder_attention_mask: optional ``(B, L)`` 1 for text tokens, 0 for padding;
+        as the reference, an additive ``-10000 (1 - mask)`` score bias on the text cross-attention.
       num_frames, height, width: the latent grid; fps: the video frame rate (RoPE time axis).
 
     Returns:
@@ -434,17 +457,37 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         s = np.shape(v)
         if len(s) != 3 or s[0] != b or s[2] != w:
             raise ValueError(f"{name} must be ({b}, L, {w}); got {s}")
-    t = _per_sample(timestep, b, "timestep")
-    at = t if audio_timestep is None else _per_sample(audio_timestep, b, "audio_timestep")
+    t = _per_sample(timestep, b, "timestep", tokens)
+    if audio_timestep is None and t.shape[1] != 1:
+        raise ValueError("a per-token timestep needs an explicit audio_timestep")
+    at = t if audio_timestep is None else _per_sample(audio_timestep, b, "audio_timestep", audio_num_frames)
+    if sigma is None and t.shape[1] != 1:
+        raise ValueError("a per-token timestep needs an explicit sigma")
     sg = t / cfg.timestep_scale_multiplier if sigma is None else _per_sample(sigma, b, "sigma")
     asg = sg if audio_sigma is None else _per_sample(audio_sigma, b, "audio_sigma")
+    kf = None
+    if video_keyframes_mask is not None:
+        if not cfg.use_keyframes_abs_pos_embedding:
+            raise ValueError("video_keyframes_mask needs a model with use_keyframes_abs_pos_embedding")
+        if np.shape(video_keyframes_mask) != (b, tokens, 1):
+            raise ValueError(f"video_keyframes_mask must be ({b}, {tokens}, 1); got {np.shape(video_keyframes_mask)}")
+        kf = jnp.asarray(video_keyframes_mask, jnp.float32)
+    masks = []
+    for name, m, c in (("encoder_attention_mask", encoder_attention_mask, encoder_hidden_states),
+                       ("audio_encoder_attention_mask", audio_encoder_attention_mask, audio_encoder_hidden_states)):
+        if m is None:
+            masks.append(None)
+            continue
+        if np.shape(m) != tuple(np.shape(c)[:2]):
+            raise ValueError(f"{name} must be {tuple(np.shape(c)[:2])}; got {np.shape(m)}")
+        masks.append((1.0 - jnp.asarray(m, jnp.float32)) * -10000.0)
     ropes = rope_tables(cfg, video_coords(cfg, num_frames, height, width, fps), audio_coords(cfg, audio_num_frames))
     ropes = jax.tree_util.tree_map(jnp.asarray, ropes)
     ctx = contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
     with ctx:
         return _forward(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
                         jnp.asarray(encoder_hidden_states), jnp.asarray(audio_encoder_hidden_states), t, at, sg, asg,
-                        ropes, cfg=cfg, attention_impl=AttentionImpl(attention_impl).value,
+                        ropes, kf, *masks, cfg=cfg, attention_impl=AttentionImpl(attention_impl).value,
                         use_cross_timestep=bool(use_cross_timestep))
 
 
