@@ -238,9 +238,10 @@ def _rms(x: jax.Array, scale: jax.Array | None = None, eps: float = 1e-6) -> jax
 
 
 def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_type: str, impl,
-            q_rope=None, k_rope=None, bias=None) -> jax.Array:
+            q_rope=None, k_rope=None, bias=None, perturb=None) -> jax.Array:
     """``LTX2Attention`` with ``LTX2AudioVideoAttnProcessor``: float32 ``x (B, S, Dq)`` attends float32
-    ``ctx (B, L, Dkv)``; returns float32 ``(B, S, Dq)``."""
+    ``ctx (B, L, Dkv)``; returns float32 ``(B, S, Dq)``. ``perturb``: ``(on, mask (B,))`` of
+    ``LTX2PerturbedAttnProcessor`` (STG): where ``on``, the attention output becomes ``lerp(v, out, mask)``."""
     dtype = p["to_q"]["kernel"].dtype
     xd, cd = x.astype(dtype), ctx.astype(dtype)
     q = _rms(linear(p["to_q"], xd, jnp.float32), p["norm_q"]["scale"], eps)
@@ -252,6 +253,11 @@ def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_
     o = attention(q.astype(dtype).reshape(b, s, heads, -1), k.astype(dtype).reshape(b, k.shape[1], heads, -1),
                   v.reshape(b, v.shape[1], heads, -1), implementation=impl,
                   bias=None if bias is None else bias[:, None, None, :])
+    if perturb is not None:
+        on, pm = perturb
+        o32, v32 = o.reshape(b, s, w).astype(jnp.float32), v.astype(jnp.float32)
+        lerp = v32 + pm[:, None, None] * (o32 - v32)
+        o = jnp.where(on, lerp, o32).astype(dtype).reshape(b, s, heads, -1)
     if "to_gate_logits" in p:
         gates = 2.0 * jax.nn.sigmoid(linear(p["to_gate_logits"], xd, jnp.float32))
         o = (o.astype(jnp.float32) * gates[..., None]).astype(dtype)
@@ -273,20 +279,24 @@ def _mod(table: jax.Array, emb: jax.Array) -> list[jax.Array]:
 
 
 def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, cond: dict, ropes: dict,
-          cfg: LTX2TransformerConfig, impl, text_bias=None, audio_text_bias=None) -> tuple[jax.Array, jax.Array]:
+          cfg: LTX2TransformerConfig, impl, text_bias=None, audio_text_bias=None, perturb=None,
+          cross_modal: bool = True) -> tuple[jax.Array, jax.Array]:
     """One ``LTX2VideoTransformerBlock`` (``use_a2v_cross_attention`` and ``use_v2a_cross_attention`` on, no masks)
     on float32 video ``x (B, S, D)`` and audio ``a (B, T, Da)``; ``cond``: the embeddings of
     :func:`_conditioning`; ``text_bias`` / ``audio_text_bias``: optional float32 ``(B, L)`` additive scores of the
-    text cross-attentions. Returns the updated float32 streams."""
+    text cross-attentions; ``perturb``: ``(on, mask)`` STG of both self-attentions; ``cross_modal`` false:
+    ``isolate_modalities``. Returns the updated float32 streams."""
     eps, rt = cfg.norm_eps, cfg.rope_type
     h, ha = cfg.num_attention_heads, cfg.audio_num_attention_heads
     vm = _mod(p["scale_shift_table"], cond["temb"])
     am = _mod(p["audio_scale_shift_table"], cond["temb_audio"])
     with jax.named_scope("self_attention"):
         xn = _rms(x, None, eps) * (1 + vm[1]) + vm[0]
-        x = x + _attend(p["attn1"], xn, xn, h, eps, rt, impl, ropes["video"], ropes["video"]) * vm[2]
+        x = x + _attend(p["attn1"], xn, xn, h, eps, rt, impl, ropes["video"], ropes["video"],
+                        perturb=perturb) * vm[2]
         an = _rms(a, None, eps) * (1 + am[1]) + am[0]
-        a = a + _attend(p["audio_attn1"], an, an, ha, eps, rt, impl, ropes["audio"], ropes["audio"]) * am[2]
+        a = a + _attend(p["audio_attn1"], an, an, ha, eps, rt, impl, ropes["audio"], ropes["audio"],
+                        perturb=perturb) * am[2]
     with jax.named_scope("text_cross_attention"):
         if cfg.prompt_modulation:
             if cfg.prompt_adaln:
@@ -307,19 +317,20 @@ def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, 
             an = an * (1 + am[7]) + am[6]
         o = _attend(p["audio_attn2"], an, actx, ha, eps, rt, impl, bias=audio_text_bias)
         a = a + (o * am[8] if cfg.audio_cross_attn_mod else o)
-    with jax.named_scope("audio_video_cross_attention"):
-        xn, an = _rms(x, None, eps), _rms(a, None, eps)
-        vt, at = p["video_a2v_cross_attn_scale_shift_table"], p["audio_a2v_cross_attn_scale_shift_table"]
-        v_a2v_scale, v_a2v_shift, v_v2a_scale, v_v2a_shift = _mod(vt[:4], cond["video_ca_scale_shift"])
-        a_a2v_scale, a_a2v_shift, a_v2a_scale, a_v2a_shift = _mod(at[:4], cond["audio_ca_scale_shift"])
-        a2v_gate = _mod(vt[4:], cond["video_ca_gate"])[0]
-        v2a_gate = _mod(at[4:], cond["audio_ca_gate"])[0]
-        o = _attend(p["audio_to_video_attn"], xn * (1 + v_a2v_scale) + v_a2v_shift,
-                    an * (1 + a_a2v_scale) + a_a2v_shift, ha, eps, rt, impl, ropes["ca_video"], ropes["ca_audio"])
-        x = x + a2v_gate * o
-        o = _attend(p["video_to_audio_attn"], an * (1 + a_v2a_scale) + a_v2a_shift,
-                    xn * (1 + v_v2a_scale) + v_v2a_shift, ha, eps, rt, impl, ropes["ca_audio"], ropes["ca_video"])
-        a = a + v2a_gate * o
+    if cross_modal:
+        with jax.named_scope("audio_video_cross_attention"):
+            xn, an = _rms(x, None, eps), _rms(a, None, eps)
+            vt, at = p["video_a2v_cross_attn_scale_shift_table"], p["audio_a2v_cross_attn_scale_shift_table"]
+            v_a2v_scale, v_a2v_shift, v_v2a_scale, v_v2a_shift = _mod(vt[:4], cond["video_ca_scale_shift"])
+            a_a2v_scale, a_a2v_shift, a_v2a_scale, a_v2a_shift = _mod(at[:4], cond["audio_ca_scale_shift"])
+            a2v_gate = _mod(vt[4:], cond["video_ca_gate"])[0]
+            v2a_gate = _mod(at[4:], cond["audio_ca_gate"])[0]
+            o = _attend(p["audio_to_video_attn"], xn * (1 + v_a2v_scale) + v_a2v_shift,
+                        an * (1 + a_a2v_scale) + a_a2v_shift, ha, eps, rt, impl, ropes["ca_video"], ropes["ca_audio"])
+            x = x + a2v_gate * o
+            o = _attend(p["video_to_audio_attn"], an * (1 + a_v2a_scale) + a_v2a_shift,
+                        xn * (1 + v_v2a_scale) + v_v2a_shift, ha, eps, rt, impl, ropes["ca_audio"], ropes["ca_video"])
+            a = a + v2a_gate * o
     with jax.named_scope("feed_forward"):
         x = x + _ff(p["ff"], _rms(x, None, eps) * (1 + vm[4]) + vm[3]) * vm[5]
         a = a + _ff(p["audio_ff"], _rms(a, None, eps) * (1 + am[4]) + am[3]) * am[5]
@@ -371,10 +382,10 @@ def _caption(p: dict, x: jax.Array) -> jax.Array:
     return linear(p["linear_2"], g.astype(dtype), jnp.float32)
 
 
-@partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep"))
+@partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep", "isolate_modalities"))
 def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes, text_bias,
-             audio_text_bias, *,
-             cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool):
+             audio_text_bias, stg, *,
+             cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool, isolate_modalities: bool):
     impl = AttentionImpl(attention_impl)
     cond = _conditioning(params, cfg, timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep)
     x = linear(params["proj_in"], x.astype(params["proj_in"]["kernel"].dtype), jnp.float32)
@@ -386,10 +397,14 @@ def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sig
     if cfg.use_prompt_embeddings:
         ctx, actx = _caption(params["caption_projection"], ctx), _caption(params["audio_caption_projection"], actx)
 
-    def step(carry, blk):
-        return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl, text_bias, audio_text_bias), None
+    def step(carry, xs):
+        blk, on = xs
+        perturb = None if stg is None else (on, stg[1])
+        return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl, text_bias, audio_text_bias, perturb,
+                     not isolate_modalities), None
 
-    (x, a), _ = jax.lax.scan(step, (x, a), params["blocks"])
+    flags = None if stg is None else stg[0]
+    (x, a), _ = jax.lax.scan(step, (x, a), (params["blocks"], flags))
     out = _head(params["scale_shift_table"], cond["emb"], params["proj_out"], x)
     aout = _head(params["audio_scale_shift_table"], cond["emb_audio"], params["audio_proj_out"], a)
     return out, aout
@@ -415,9 +430,11 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
             audio_timestep: Any = None, sigma: Any = None, audio_sigma: Any = None,
             use_cross_timestep: bool = False, video_keyframes_mask: Any = None,
             encoder_attention_mask: Any = None, audio_encoder_attention_mask: Any = None,
+            isolate_modalities: bool = False, spatio_temporal_guidance_blocks: Any = None,
+            perturbation_mask: Any = None,
             attention_impl: AttentionImpl | str = AttentionImpl.XLA,
             precision: str | None = "highest") -> tuple[jax.Array, jax.Array]:
-    """``LTX2VideoTransformer3DModel.forward`` (text masks only, no STG, modalities not isolated).
+    """``LTX2VideoTransformer3DModel.forward`` (text masks; no self / cross-modal masks, no explicit coordinates).
 
     Args:
       params: tree of :func:`transformer_specs` (:func:`vidax.models.ltx2.keymap.load_transformer`).
@@ -435,6 +452,10 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         (needs ``use_keyframes_abs_pos_embedding``).
       encoder_attention_mask, audio_encoder_attention_mask: optional ``(B, L)`` 1 for text tokens, 0 for padding;
         as the reference, an additive ``-10000 (1 - mask)`` score bias on the text cross-attention.
+      isolate_modalities: skip the audio<->video cross-attention in every block (modality guidance).
+      spatio_temporal_guidance_blocks: block indices whose self-attentions (video and audio) are perturbed (STG,
+        needs ``perturbed_attn``): output ``lerp(v, attention, perturbation_mask)``; ``perturbation_mask``
+        ``(B,)`` defaults to zeros (all samples perturbed: the values alone).
       num_frames, height, width: the latent grid; fps: the video frame rate (RoPE time axis).
 
     Returns:
@@ -472,6 +493,19 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         if np.shape(video_keyframes_mask) != (b, tokens, 1):
             raise ValueError(f"video_keyframes_mask must be ({b}, {tokens}, 1); got {np.shape(video_keyframes_mask)}")
         kf = jnp.asarray(video_keyframes_mask, jnp.float32)
+    stg = None
+    if spatio_temporal_guidance_blocks:
+        if not cfg.perturbed_attn:
+            raise ValueError("spatio_temporal_guidance_blocks needs a model with perturbed_attn")
+        idx = sorted({int(i) for i in spatio_temporal_guidance_blocks})
+        if idx[0] < 0 or idx[-1] >= cfg.num_layers:
+            raise ValueError(f"spatio_temporal_guidance_blocks {idx} outside 0..{cfg.num_layers - 1}")
+        flags = np.zeros((cfg.num_layers,), bool)
+        flags[idx] = True
+        pm = np.zeros((b,), np.float32) if perturbation_mask is None else np.asarray(perturbation_mask, np.float32)
+        if pm.reshape(-1).shape != (b,):
+            raise ValueError(f"perturbation_mask must be ({b},); got {pm.shape}")
+        stg = (jnp.asarray(flags), jnp.asarray(pm.reshape(-1)))
     masks = []
     for name, m, c in (("encoder_attention_mask", encoder_attention_mask, encoder_hidden_states),
                        ("audio_encoder_attention_mask", audio_encoder_attention_mask, audio_encoder_hidden_states)):
@@ -487,7 +521,8 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
     with ctx:
         return _forward(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
                         jnp.asarray(encoder_hidden_states), jnp.asarray(audio_encoder_hidden_states), t, at, sg, asg,
-                        ropes, kf, *masks, cfg=cfg, attention_impl=AttentionImpl(attention_impl).value,
+                        ropes, kf, *masks, stg, cfg=cfg, isolate_modalities=bool(isolate_modalities),
+                        attention_impl=AttentionImpl(attention_impl).value,
                         use_cross_timestep=bool(use_cross_timestep))
 
 
