@@ -154,6 +154,7 @@ def _to_release(key):
     return "model.diffusion_model." + key
 
 
+@pytest.mark.parametrize("case", ["ltx25"], indirect=True)
 def test_release_layout(case, tmp_path):
     """The transformer inside a release checkpoint (upstream names, beside connector / VAE tensors) loads to the
     same parameters as the diffusers folder."""
@@ -166,8 +167,6 @@ def test_release_layout(case, tmp_path):
     from vidax.models.ltx2.transformer import transformer_specs
 
     name, path, *_ = case
-    if name != "ltx25":
-        pytest.skip("one variant is enough")
     state = {_to_release(k): v for k, v in load_file(str(path / "diffusion_pytorch_model.safetensors")).items()}
     state["model.diffusion_model.video_embeddings_connector.learnable_registers"] = torch.zeros(2, 2)
     state["text_embedding_projection.video_aggregate_embed.weight"] = torch.zeros(2, 2)
@@ -182,12 +181,11 @@ def test_release_layout(case, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("case", ["ltx25"], indirect=True)
 def test_per_token_timesteps_and_keyframes(case):
     """Per-token video / audio timesteps (image conditioning: the first latent frame clean), the keyframe marker on
     the first latent frame's tokens and padded text masks, against the reference."""
     name, path, inputs, kw, _, model = case
-    if name != "ltx25":
-        pytest.skip("one variant is enough")
     rng = np.random.default_rng(2)
     inputs = dict(inputs, timestep=(rng.uniform(0, 1000, (B, F * H * W))).astype(np.float32),
                   audio_timestep=(rng.uniform(0, 1000, (B, T))).astype(np.float32))
@@ -206,12 +204,11 @@ def test_per_token_timesteps_and_keyframes(case):
     assert ev < 1e-5 and ea < 1e-5, (ev, ea)
 
 
+@pytest.mark.parametrize("case", ["ltx25"], indirect=True)
 def test_stg_and_isolated_modalities(case):
     """STG on block 1 with a mixed perturbation mask (one sample perturbed, one not) together with
     isolate_modalities (one compilation for both options)."""
     name, path, inputs, kw, (plain_v, plain_a), model = case
-    if name != "ltx25":
-        pytest.skip("one variant is enough (the one with perturbed_attn)")
     extra = dict(spatio_temporal_guidance_blocks=[1], isolate_modalities=True)
     pm = np.array([0.0, 1.0], np.float32)
     with torch.no_grad():
