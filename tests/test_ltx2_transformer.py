@@ -184,7 +184,8 @@ def test_release_layout(case, tmp_path):
 @pytest.mark.parametrize("case", ["ltx25"], indirect=True)
 def test_per_token_timesteps_and_keyframes(case):
     """Per-token video / audio timesteps (image conditioning: the first latent frame clean), the keyframe marker on
-    the first latent frame's tokens and padded text masks, against the reference."""
+    the first latent frame's tokens, padded text masks and explicit per-sample RoPE coordinates, against the
+    reference."""
     name, path, inputs, kw, _, model = case
     rng = np.random.default_rng(2)
     inputs = dict(inputs, timestep=(rng.uniform(0, 1000, (B, F * H * W))).astype(np.float32),
@@ -194,6 +195,14 @@ def test_per_token_timesteps_and_keyframes(case):
     inputs["audio_encoder_attention_mask"] = np.array([[0, 0, 1, 1], [1, 1, 1, 1]], np.float32)
     keyframes = np.zeros((B, F * H * W, 1), np.float32)
     keyframes[:, : H * W] = 1.0
+    # explicit per-sample positions: the second sample's video and audio start half a second later
+    cfg0 = LTX2TransformerConfig.from_dict(dict(model.config))
+    vc = np.stack([video_coords(cfg0, F, H, W, 24.0)] * B)
+    ac = np.stack([audio_coords(cfg0, T)] * B)
+    vc[1, 0] += 0.5
+    ac[1] += 0.5
+    inputs["video_coords"], inputs["audio_coords"] = vc, ac
+    kw = {k: v for k, v in kw.items() if k not in ("num_frames", "height", "width", "audio_num_frames")}
     with torch.no_grad():
         ref_v, ref_a = (r.numpy() for r in model(**{k: torch.from_numpy(v) for k, v in inputs.items()}, **kw,
                                                  video_keyframes_mask=torch.from_numpy(keyframes), return_dict=False))

@@ -162,6 +162,9 @@ def audio_coords(cfg: LTX2TransformerConfig, num_frames: int, shift: int = 0) ->
     return np.stack([seconds(g * sf), seconds((g + f32(1)) * sf)], axis=-1)[None]
 
 
+_grid_video_coords, _grid_audio_coords = video_coords, audio_coords
+
+
 def rope_table(cfg: LTX2TransformerConfig, coords: np.ndarray, max_pos: tuple[float, ...], dim: int,
                heads: int) -> tuple[np.ndarray, np.ndarray]:
     """float32 ``(cos, sin)`` for ``coords`` ``(P, T, 2)``: ``(T, dim)`` interleaved, ``(T, heads, dim/2/heads)``
@@ -198,7 +201,14 @@ def rope_table(cfg: LTX2TransformerConfig, coords: np.ndarray, max_pos: tuple[fl
 def rope_tables(cfg: LTX2TransformerConfig, vcoords: np.ndarray, acoords: np.ndarray) -> dict[str, tuple]:
     """The four tables of a forward: video / audio self-attention, and the temporal-only video / audio tables of the
     cross-modal attentions (width ``audio_cross_attention_dim``, base ``max(pos_embed_max_pos,
-    audio_pos_embed_max_pos)`` frames)."""
+    audio_pos_embed_max_pos)`` frames). Coordinates ``(3, S, 2)`` / ``(1, T, 2)`` shared by the batch give tables
+    without a batch axis; per-sample ``(B, 3, S, 2)`` / ``(B, 1, T, 2)`` give tables with a leading ``B``."""
+    if vcoords.ndim == 4 or acoords.ndim == 4:
+        b = vcoords.shape[0] if vcoords.ndim == 4 else acoords.shape[0]
+        vb = vcoords if vcoords.ndim == 4 else np.broadcast_to(vcoords, (b, *vcoords.shape))
+        ab = acoords if acoords.ndim == 4 else np.broadcast_to(acoords, (b, *acoords.shape))
+        per = [rope_tables(cfg, vb[i], ab[i]) for i in range(b)]
+        return {k: tuple(np.stack([t[k][j] for t in per]) for j in range(2)) for k in per[0]}
     cross_max = max(cfg.pos_embed_max_pos, cfg.audio_pos_embed_max_pos)
     return {
         "video": rope_table(cfg, vcoords, (cfg.pos_embed_max_pos, cfg.base_height, cfg.base_width), cfg.inner_dim,
@@ -214,14 +224,14 @@ def rope_tables(cfg: LTX2TransformerConfig, vcoords: np.ndarray, acoords: np.nda
 
 def _rotate(x: jax.Array, table: tuple, rope_type: str) -> jax.Array:
     """Rotate float32 ``x`` ``(B, T, W)``: interleaved pairs over ``W`` (table ``(T, W)``), or split halves of each
-    of ``g`` groups of ``W / g`` (table ``(T, g, r)``)."""
+    of ``g`` groups of ``W / g`` (table ``(T, g, r)``); tables may carry a leading ``B``."""
     cos, sin = table
     if rope_type == "interleaved":
         pairs = x.reshape(*x.shape[:-1], -1, 2)
         rot = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
         return x * cos + rot * sin
     b, t, w = x.shape
-    g = cos.shape[1]
+    g = cos.shape[-2]
     xh = x.reshape(b, t, g, w // g)
     half = xh.shape[-1] // 2
     first, second = xh[..., :half], xh[..., half:]
@@ -426,7 +436,8 @@ def _per_sample(v: Any, b: int, name: str, tokens: int | None = None) -> jax.Arr
 
 def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_hidden_states: Any,
             encoder_hidden_states: Any, audio_encoder_hidden_states: Any, timestep: Any, *,
-            num_frames: int, height: int, width: int, audio_num_frames: int, fps: float = 24.0,
+            num_frames: int | None = None, height: int | None = None, width: int | None = None,
+            audio_num_frames: int | None = None, fps: float = 24.0, video_coords: Any = None, audio_coords: Any = None,
             audio_timestep: Any = None, sigma: Any = None, audio_sigma: Any = None,
             use_cross_timestep: bool = False, video_keyframes_mask: Any = None,
             encoder_attention_mask: Any = None, audio_encoder_attention_mask: Any = None,
@@ -456,7 +467,10 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
       spatio_temporal_guidance_blocks: block indices whose self-attentions (video and audio) are perturbed (STG,
         needs ``perturbed_attn``): output ``lerp(v, attention, perturbation_mask)``; ``perturbation_mask``
         ``(B,)`` defaults to zeros (all samples perturbed: the values alone).
-      num_frames, height, width: the latent grid; fps: the video frame rate (RoPE time axis).
+      num_frames, height, width: the latent grid; fps: the video frame rate (RoPE time axis); audio_num_frames.
+      video_coords, audio_coords: optional explicit RoPE positions, ``(B, 3, S, 2)`` / ``(B, 1, T, 2)`` (or without
+        ``B``, shared) ``[start, end)`` bounds as ``prepare_video_coords`` / ``prepare_audio_coords`` give them;
+        they take precedence over the grid arguments, as in the reference.
 
     Returns:
       float32 ``(video (B, F*H*W, out_channels), audio (B, audio_num_frames, audio_out_channels))``.
@@ -466,7 +480,28 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
     """
     x, a = np.shape(hidden_states), np.shape(audio_hidden_states)
     b = x[0] if len(x) == 3 else -1
-    tokens = num_frames * height * width
+    if video_coords is not None:
+        vc = np.asarray(video_coords, np.float32)
+        if vc.shape[-3:-2] != (3,) or vc.shape[-1] != 2 or vc.ndim not in (3, 4):
+            raise ValueError(f"video_coords must be (B, 3, S, 2) or (3, S, 2); got {vc.shape}")
+        tokens = vc.shape[-2]
+    elif None in (num_frames, height, width):
+        raise ValueError("give num_frames, height and width, or video_coords")
+    else:
+        tokens = num_frames * height * width
+        vc = _grid_video_coords(cfg, num_frames, height, width, fps)
+    if audio_coords is not None:
+        ac = np.asarray(audio_coords, np.float32)
+        if ac.shape[-3:-2] != (1,) or ac.shape[-1] != 2 or ac.ndim not in (3, 4):
+            raise ValueError(f"audio_coords must be (B, 1, T, 2) or (1, T, 2); got {ac.shape}")
+        audio_num_frames = ac.shape[-2]
+    elif audio_num_frames is None:
+        raise ValueError("give audio_num_frames or audio_coords")
+    else:
+        ac = _grid_audio_coords(cfg, audio_num_frames)
+    for name, c in (("video_coords", vc), ("audio_coords", ac)):
+        if c.ndim == 4 and c.shape[0] != b:
+            raise ValueError(f"{name} batch {c.shape[0]} differs from the latents' {b}")
     if len(x) != 3 or x[1:] != (tokens, cfg.in_channels) or not 0 < tokens <= _MAX_TOKENS:
         raise ValueError(f"hidden_states must be (B, {tokens}, {cfg.in_channels}); got {x}")
     if a != (b, audio_num_frames, cfg.audio_in_channels) or not 0 < audio_num_frames <= _MAX_TOKENS:
@@ -515,7 +550,7 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         if np.shape(m) != tuple(np.shape(c)[:2]):
             raise ValueError(f"{name} must be {tuple(np.shape(c)[:2])}; got {np.shape(m)}")
         masks.append((1.0 - jnp.asarray(m, jnp.float32)) * -10000.0)
-    ropes = rope_tables(cfg, video_coords(cfg, num_frames, height, width, fps), audio_coords(cfg, audio_num_frames))
+    ropes = rope_tables(cfg, vc, ac)
     ropes = jax.tree_util.tree_map(jnp.asarray, ropes)
     ctx = contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
     with ctx:
