@@ -216,16 +216,21 @@ def test_per_token_timesteps_and_keyframes(case):
 @pytest.mark.parametrize("case", ["ltx25"], indirect=True)
 def test_stg_and_isolated_modalities(case):
     """STG on block 1 with a mixed perturbation mask (one sample perturbed, one not) together with
-    isolate_modalities (one compilation for both options)."""
+    isolate_modalities and a video self-attention mask (one compilation for the three options)."""
     name, path, inputs, kw, (plain_v, plain_a), model = case
     extra = dict(spatio_temporal_guidance_blocks=[1], isolate_modalities=True)
     pm = np.array([0.0, 1.0], np.float32)
+    # IC-LoRA style video self-attention strengths in [0, 1]
+    sm = np.random.default_rng(3).choice([0.0, 0.5, 1.0], (B, F * H * W, F * H * W)).astype(np.float32)
+    np.fill_diagonal(sm[0], 1.0)
+    np.fill_diagonal(sm[1], 1.0)
     with torch.no_grad():
         ref_v, ref_a = (r.numpy() for r in model(**{k: torch.from_numpy(v) for k, v in inputs.items()}, **kw,
-                                                 **extra, perturbation_mask=torch.from_numpy(pm), return_dict=False))
+                                                 **extra, perturbation_mask=torch.from_numpy(pm),
+                                                 video_self_attention_mask=torch.from_numpy(sm), return_dict=False))
     assert _rel(ref_v, plain_v) > 1e-3 and _rel(ref_a, plain_a) > 1e-3  # the options change the reference
     params, cfg = load_transformer(path)
-    out_v, out_a = forward(params, cfg, **inputs, **kw, **extra, perturbation_mask=pm)
+    out_v, out_a = forward(params, cfg, **inputs, **kw, **extra, perturbation_mask=pm, video_self_attention_mask=sm)
     ev, ea = _rel(out_v, ref_v), _rel(out_a, ref_a)
-    print(f"{name} stg + isolated fp32 video {ev:.2e} audio {ea:.2e}")
+    print(f"{name} stg + isolated + self mask fp32 video {ev:.2e} audio {ea:.2e}")
     assert ev < 1e-5 and ea < 1e-5, (ev, ea)

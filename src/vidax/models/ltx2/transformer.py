@@ -262,7 +262,7 @@ def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_
     b, s, w = q.shape
     o = attention(q.astype(dtype).reshape(b, s, heads, -1), k.astype(dtype).reshape(b, k.shape[1], heads, -1),
                   v.reshape(b, v.shape[1], heads, -1), implementation=impl,
-                  bias=None if bias is None else bias[:, None, None, :])
+                  bias=None if bias is None else (bias[:, None] if bias.ndim == 3 else bias[:, None, None, :]))
     if perturb is not None:
         on, pm = perturb
         o32, v32 = o.reshape(b, s, w).astype(jnp.float32), v.astype(jnp.float32)
@@ -290,19 +290,20 @@ def _mod(table: jax.Array, emb: jax.Array) -> list[jax.Array]:
 
 def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, cond: dict, ropes: dict,
           cfg: LTX2TransformerConfig, impl, text_bias=None, audio_text_bias=None, perturb=None,
-          cross_modal: bool = True) -> tuple[jax.Array, jax.Array]:
+          cross_modal: bool = True, self_bias=None) -> tuple[jax.Array, jax.Array]:
     """One ``LTX2VideoTransformerBlock`` (``use_a2v_cross_attention`` and ``use_v2a_cross_attention`` on, no masks)
     on float32 video ``x (B, S, D)`` and audio ``a (B, T, Da)``; ``cond``: the embeddings of
     :func:`_conditioning`; ``text_bias`` / ``audio_text_bias``: optional float32 ``(B, L)`` additive scores of the
     text cross-attentions; ``perturb``: ``(on, mask)`` STG of both self-attentions; ``cross_modal`` false:
-    ``isolate_modalities``. Returns the updated float32 streams."""
+    ``isolate_modalities``; ``self_bias``: optional float32 ``(B, S, S)`` additive scores of the video
+    self-attention. Returns the updated float32 streams."""
     eps, rt = cfg.norm_eps, cfg.rope_type
     h, ha = cfg.num_attention_heads, cfg.audio_num_attention_heads
     vm = _mod(p["scale_shift_table"], cond["temb"])
     am = _mod(p["audio_scale_shift_table"], cond["temb_audio"])
     with jax.named_scope("self_attention"):
         xn = _rms(x, None, eps) * (1 + vm[1]) + vm[0]
-        x = x + _attend(p["attn1"], xn, xn, h, eps, rt, impl, ropes["video"], ropes["video"],
+        x = x + _attend(p["attn1"], xn, xn, h, eps, rt, impl, ropes["video"], ropes["video"], bias=self_bias,
                         perturb=perturb) * vm[2]
         an = _rms(a, None, eps) * (1 + am[1]) + am[0]
         a = a + _attend(p["audio_attn1"], an, an, ha, eps, rt, impl, ropes["audio"], ropes["audio"],
@@ -394,7 +395,7 @@ def _caption(p: dict, x: jax.Array) -> jax.Array:
 
 @partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep", "isolate_modalities"))
 def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes, text_bias,
-             audio_text_bias, stg, *,
+             audio_text_bias, stg, self_bias, *,
              cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool, isolate_modalities: bool):
     impl = AttentionImpl(attention_impl)
     cond = _conditioning(params, cfg, timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep)
@@ -411,7 +412,7 @@ def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sig
         blk, on = xs
         perturb = None if stg is None else (on, stg[1])
         return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl, text_bias, audio_text_bias, perturb,
-                     not isolate_modalities), None
+                     not isolate_modalities, self_bias), None
 
     flags = None if stg is None else stg[0]
     (x, a), _ = jax.lax.scan(step, (x, a), (params["blocks"], flags))
@@ -442,10 +443,11 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
             use_cross_timestep: bool = False, video_keyframes_mask: Any = None,
             encoder_attention_mask: Any = None, audio_encoder_attention_mask: Any = None,
             isolate_modalities: bool = False, spatio_temporal_guidance_blocks: Any = None,
-            perturbation_mask: Any = None,
+            perturbation_mask: Any = None, video_self_attention_mask: Any = None,
             attention_impl: AttentionImpl | str = AttentionImpl.XLA,
             precision: str | None = "highest") -> tuple[jax.Array, jax.Array]:
-    """``LTX2VideoTransformer3DModel.forward`` (text masks; no self / cross-modal masks, no explicit coordinates).
+    """``LTX2VideoTransformer3DModel.forward`` (every input but the a2v / v2a / audio self-attention masks, which
+    the reference's forward never passes either).
 
     Args:
       params: tree of :func:`transformer_specs` (:func:`vidax.models.ltx2.keymap.load_transformer`).
@@ -463,6 +465,8 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         (needs ``use_keyframes_abs_pos_embedding``).
       encoder_attention_mask, audio_encoder_attention_mask: optional ``(B, L)`` 1 for text tokens, 0 for padding;
         as the reference, an additive ``-10000 (1 - mask)`` score bias on the text cross-attention.
+      video_self_attention_mask: optional ``(B, S, S)`` multiplicative mask in ``[0, 1]`` of the video
+        self-attention; as the reference, an additive ``-10000 (1 - mask)`` score bias (audio unaffected).
       isolate_modalities: skip the audio<->video cross-attention in every block (modality guidance).
       spatio_temporal_guidance_blocks: block indices whose self-attentions (video and audio) are perturbed (STG,
         needs ``perturbed_attn``): output ``lerp(v, attention, perturbation_mask)``; ``perturbation_mask``
@@ -541,6 +545,12 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         if pm.reshape(-1).shape != (b,):
             raise ValueError(f"perturbation_mask must be ({b},); got {pm.shape}")
         stg = (jnp.asarray(flags), jnp.asarray(pm.reshape(-1)))
+    self_bias = None
+    if video_self_attention_mask is not None:
+        if np.shape(video_self_attention_mask) != (b, tokens, tokens):
+            raise ValueError(f"video_self_attention_mask must be ({b}, {tokens}, {tokens}); "
+                             f"got {np.shape(video_self_attention_mask)}")
+        self_bias = (1.0 - jnp.asarray(video_self_attention_mask, jnp.float32)) * -10000.0
     masks = []
     for name, m, c in (("encoder_attention_mask", encoder_attention_mask, encoder_hidden_states),
                        ("audio_encoder_attention_mask", audio_encoder_attention_mask, audio_encoder_hidden_states)):
@@ -556,7 +566,7 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
     with ctx:
         return _forward(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
                         jnp.asarray(encoder_hidden_states), jnp.asarray(audio_encoder_hidden_states), t, at, sg, asg,
-                        ropes, kf, *masks, stg, cfg=cfg, isolate_modalities=bool(isolate_modalities),
+                        ropes, kf, *masks, stg, self_bias, cfg=cfg, isolate_modalities=bool(isolate_modalities),
                         attention_impl=AttentionImpl(attention_impl).value,
                         use_cross_timestep=bool(use_cross_timestep))
 
