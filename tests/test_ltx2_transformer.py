@@ -234,3 +234,15 @@ def test_stg_and_isolated_modalities(case):
     ev, ea = _rel(out_v, ref_v), _rel(out_a, ref_a)
     print(f"{name} stg + isolated + self mask fp32 video {ev:.2e} audio {ea:.2e}")
     assert ev < 1e-5 and ea < 1e-5, (ev, ea)
+
+
+def test_bad_shapes_raise():
+    cfg = LTX2TransformerConfig(**COMMON)
+    x, a = np.zeros((1, 12, 8), np.float32), np.zeros((1, 5, 6), np.float32)
+    ctx = actx = np.zeros((1, 4, 12), np.float32)  # caption_channels: LTX-2.0 caption projections
+    with pytest.raises(ValueError, match="over"):
+        forward({}, cfg, x, a, ctx, actx, 1.0, num_frames=1 << 12, height=1 << 12, width=1 << 12, audio_num_frames=5)
+    with pytest.raises(ValueError, match="hidden_states"):
+        forward({}, cfg, x, a, ctx, actx, 1.0, num_frames=2, height=2, width=2, audio_num_frames=5)
+    with pytest.raises(ValueError, match="timestep"):
+        forward({}, cfg, x, a, ctx, actx, np.ones((1, 7)), num_frames=2, height=3, width=2, audio_num_frames=5)

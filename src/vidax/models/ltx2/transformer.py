@@ -493,6 +493,8 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         raise ValueError("give num_frames, height and width, or video_coords")
     else:
         tokens = num_frames * height * width
+        if min(num_frames, height, width) <= 0 or tokens > _MAX_TOKENS:
+            raise ValueError(f"latent grid {(num_frames, height, width)} is empty or over {_MAX_TOKENS} tokens")
         vc = _grid_video_coords(cfg, num_frames, height, width, fps)
     if audio_coords is not None:
         ac = np.asarray(audio_coords, np.float32)
@@ -501,6 +503,8 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
         audio_num_frames = ac.shape[-2]
     elif audio_num_frames is None:
         raise ValueError("give audio_num_frames or audio_coords")
+    elif not 0 < audio_num_frames <= _MAX_TOKENS:
+        raise ValueError(f"audio_num_frames={audio_num_frames} must be in 1..{_MAX_TOKENS}")
     else:
         ac = _grid_audio_coords(cfg, audio_num_frames)
     for name, c in (("video_coords", vc), ("audio_coords", ac)):
