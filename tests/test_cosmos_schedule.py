@@ -365,7 +365,9 @@ def test_sampling_on_karras_grid_matches_diffusers(folder_config, steps):
     ref = diffusers_grid(steps)
     worst, _ = _run(scheduler_from_config(folder_config), steps,
                     lambda v, t, x: ref.step(v, t, x, return_dict=False)[0], ref.timesteps)
-    assert worst == 0.0  # measured: bit for bit (float32, op-by-op rounding as torch)
+    # bit for bit on an Intel Xeon (float32, op-by-op rounding as torch); 1.4e-7 to 1.7e-7 on an AMD EPYC, where
+    # torch's float32 kernels round some steps differently: the schedule's bound, not equality, is CPU-independent
+    assert worst <= 1e-6
 
 
 def test_sampling_on_karras_grid_sigma_min_final(folder_config):
@@ -379,7 +381,7 @@ def test_sampling_on_karras_grid_sigma_min_final(folder_config):
 def test_sampling_on_cosmos_grid_matches_repository(steps):
     ref = repository_grid(steps)
     worst, x = _run(FlowUniPCMultistepScheduler(sigma_grid="cosmos"), steps, ref.step, ref.timesteps)
-    assert worst == 0.0  # measured: bit for bit
+    assert worst <= 1e-6  # bit for bit on an Intel Xeon, 1.7e-7 on an AMD EPYC (torch's kernels)
     if steps == 35:  # and it is diffusers' 36-step run
         dif = diffusers_grid(36)
         _, y = _run(FlowUniPCMultistepScheduler(sigma_grid="karras", sigma_min=0.01, sigma_max=200.0), 36,
@@ -390,7 +392,7 @@ def test_sampling_on_cosmos_grid_matches_repository(steps):
 def test_sampling_on_shift_grid_matches_repository():
     ref = repository_grid(35, use_kerras_sigma=False, shift=5.0)
     worst, _ = _run(FlowUniPCMultistepScheduler(flow_shift=5.0, sigma_grid="wan"), 35, ref.step, ref.timesteps)
-    assert worst == 0.0
+    assert worst <= 1e-6  # bit for bit on an Intel Xeon, 2.6e-7 on an AMD EPYC (torch's kernels)
 
 
 # --------------------------------------------------------------------------- refusals
