@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -94,6 +94,25 @@ class CheckpointReader:
             files = self._from_folder(path)
         else:
             raise CheckpointError(f"{path}: checkpoint folder or file not found")
+        self._index(files)
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | os.PathLike]) -> "CheckpointReader":
+        """The tensors of an explicit list of weight files (each read as :func:`open_tensor_file` reads it) as one
+        reader; ``path`` is the first file's folder.
+
+        Raises:
+          CheckpointError: an empty list, a tensor in two files, or a corrupt / unsafe file.
+        """
+        if not paths:
+            raise CheckpointError("an empty list of weight files")
+        self = cls.__new__(cls)
+        self.path = Path(paths[0]).parent
+        self._where = {}
+        self._index([open_tensor_file(p) for p in paths])
+        return self
+
+    def _index(self, files: list[TensorFile]) -> None:
         for f in files:
             for k in f.keys():
                 if k in self._where and self._where[k] is not f:

@@ -177,36 +177,8 @@ def _reader(source):
         return CheckpointReader(source), Path(source)
     if not source:
         raise CheckpointError("load_transformer: an empty list of weight files")
-    return _MultiReader(source), Path(source[0])
+    return CheckpointReader.from_files(source), Path(source[0])
 
-
-class _MultiReader:
-    """The tensors of several files as one reader (a tensor in two files is an error)."""
-
-    def __init__(self, paths: Sequence[str | os.PathLike]):
-        from vidax.checkpoint.errors import excerpt
-        from vidax.checkpoint.reader import open_tensor_file
-
-        self.path = Path(paths[0]).parent
-        self._where: dict[str, Any] = {}
-        for path in paths:
-            f = open_tensor_file(path)
-            for k in f.keys():
-                if k in self._where:
-                    raise CheckpointError(f"tensor {excerpt(k)} appears in both {self._where[k].path} and {f.path}")
-                self._where[k] = f
-
-    def keys(self) -> list[str]:
-        return list(self._where)
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        return self._where[key].shape(key)
-
-    def dtype(self, key: str) -> np.dtype:
-        return self._where[key].dtype(key)
-
-    def get(self, key: str) -> np.ndarray:
-        return self._where[key].get(key)
 
 
 def load_transformer(source: str | os.PathLike | Sequence[str | os.PathLike],

@@ -188,33 +188,6 @@ def original_config(reader, source: str = "checkpoint") -> CosmosTransformerConf
                           f"({known}); pass its CosmosTransformerConfig explicitly")
 
 
-class _FilesReader:
-    """The tensors of several files as one reader (a tensor in two files is an error)."""
-
-    def __init__(self, paths: Sequence[str | os.PathLike]):
-        from vidax.checkpoint.reader import open_tensor_file
-
-        self.path = Path(paths[0]).parent
-        self._where: dict[str, Any] = {}
-        for path in paths:
-            f = open_tensor_file(path)
-            for k in f.keys():
-                if k in self._where:
-                    raise CheckpointError(f"tensor {excerpt(k)} appears in both {self._where[k].path} and {f.path}")
-                self._where[k] = f
-
-    def keys(self) -> list[str]:
-        return list(self._where)
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        return self._where[key].shape(key)
-
-    def dtype(self, key: str) -> np.dtype:
-        return self._where[key].dtype(key)
-
-    def get(self, key: str) -> np.ndarray:
-        return self._where[key].get(key)
-
 
 class LoadedTransformer(NamedTuple):
     """What :func:`load_transformer` returns.
@@ -275,7 +248,7 @@ def load_transformer(source: str | os.PathLike | Sequence[str | os.PathLike],
     else:
         if not source:
             raise CheckpointError("load_transformer: an empty list of weight files")
-        reader = _FilesReader(source)
+        reader = CheckpointReader.from_files(source)
         where = Path(source[0])
     layout = layout or detect_layout(reader)
     if layout not in (DIFFUSERS, ORIGINAL):
