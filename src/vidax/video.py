@@ -244,6 +244,8 @@ class VideoOutput:
         :data:`COMMON_METRICS` always, a family's own ones besides.
       latents: float32 final latents in the family's layout (before decoding), for checks and reuse.
       extras: what a family returns beyond that (none of the keys above).
+      audio: float32 ``(B, channels, samples)`` waveform in [-1, 1] generated with the video (LTX-2), or None.
+      sample_rate: the audio's rate in Hz (None without audio).
     """
 
     frames: np.ndarray
@@ -251,3 +253,5 @@ class VideoOutput:
     metrics: dict[str, Any] = field(default_factory=dict)
     latents: np.ndarray | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    audio: np.ndarray | None = None
+    sample_rate: int | None = None
