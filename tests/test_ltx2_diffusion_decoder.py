@@ -1,0 +1,218 @@
+"""Parity of the LTX-2.5 diffusion video decoder (diffusers ``LTX2VideoDiffusionDecoderModel`` and
+``LTX2VideoDiffusionDecodePipeline``; upstream ltx-core ``DiffusionVideoDecoder`` for small latents), fp32 and bf16,
+CPU, a tiny configuration with the release's strides (weights randomised, norm scales, tables and latent statistics
+included, written by the reference class with ``save_pretrained`` and read back through our strict loader).
+"""
+
+import dataclasses
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler, LTX2VideoDiffusionDecoderModel
+from diffusers.pipelines.ltx2.pipeline_ltx2_diffusion_decode import LTX2VideoDiffusionDecodePipeline
+
+from vidax.checkpoint.loader import plan_load
+from vidax.checkpoint.safetensors_io import CheckpointReader
+from vidax.models.ltx2 import diffusion_decoder as dd
+
+# The release's strides and reductions pattern at tiny widths; patch 2 (spatial compression 16); small kernels so
+# that a 3x3-latent decode is multi-block in the blocked neighbourhood attention (stage-5 grid 17 x 24 x 24).
+TINY = dict(latent_channels=8, patch_size=2, decoder_head_dim=16,
+            decoder_stage_channels=(64, 32, 32, 32, 16), decoder_stage_depths=(1, 2, 1, 1, 2),
+            decoder_stage_kernels=((3, 3, 3), (3, 3, 3), (3, 5, 5), (3, 3, 3)),
+            decoder_upsample_channel_reductions=(2, 1, 1, 2), decoder_stage5_kernel=(3, 5, 5),
+            decoder_t_emb_dim=32, spatial_compression_ratio=16, scaling_factor=0.8)
+LATENTS = (1, 8, 3, 3, 3)  # T=3, h=w=3: the size floor of TINY, so diffusers and upstream coincide
+
+
+def _rel(out, ref):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    model = LTX2VideoDiffusionDecoderModel(**TINY).eval()
+    with torch.no_grad():
+        for key, p in model.state_dict().items():
+            if "norm" in key or key == "latents_std":
+                p.copy_(torch.rand_like(p) + 0.5)
+            elif "scale_shift_table" in key or key == "latents_mean":
+                p.copy_(0.3 * torch.randn_like(p))
+            elif key.endswith("weight") and p.ndim == 2:
+                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+    path = tmp_path_factory.mktemp("ltx2_diffusion_decoder")
+    model.save_pretrained(path)
+    params, cfg = dd.load_diffusion_decoder(path)
+    return model, params, cfg, path
+
+
+@pytest.fixture(scope="module")
+def context(ckpt):
+    model, params, cfg, _ = ckpt
+    z = np.random.default_rng(1).standard_normal(LATENTS).astype(np.float32)
+    with torch.no_grad():
+        dec = model.decoder
+        ref = dec.forward_stage_4(dec.forward_stages_1_to_3(torch.from_numpy(z))).numpy()
+    return z, ref
+
+
+def test_keymap_and_config(ckpt):
+    model, params, cfg, path = ckpt
+    plan = plan_load(CheckpointReader(path), dd.diffusion_decoder_keymap(cfg), dd.diffusion_decoder_specs(cfg),
+                     source=str(path))
+    assert sum(map(len, plan.values())) == sum(1 for _ in CheckpointReader(path).keys()) == len(model.state_dict())
+    assert params["decoder"]["det_stages"]["1"]["attn"]["to_q"]["kernel"].shape == (2, 32, 32)  # stacked blocks
+    assert params["decoder"]["diff_blocks"]["scale_shift_table"].dtype == jnp.float32
+    assert cfg.trailing_pad_latent_frames == model.decoder.trailing_pad_latent_frames
+    assert dd.rope_split(16) == model.decoder.det_stages[0][0].attn.rope.rope_dim_split
+    assert dd.rope_split(64) == (16, 24, 24)
+    raw = json.loads((path / "config.json").read_text())
+    for bad, match in ((dict(decoder_stage_channels=[64, 48, 32, 32, 16]), "decoder_stage_channels"),
+                       (dict(decoder_model_output_type="eps"), "model_output_type"),
+                       (dict(spatial_compression_ratio=32), "spatial_compression_ratio"),
+                       (dict(decoder_head_dim=12), "decoder_head_dim"),
+                       (dict(decoder_stage_kernels=[[3, 3, 3]] * 3), "decoder_stage_kernels"),
+                       (dict(decoder_num_inference_steps=0), "decoder_num_inference_steps"),
+                       (dict(bogus=1), "unknown"), (dict(_class_name="AutoencoderKLLTX2Video"), "not")):
+        with pytest.raises(ValueError, match=match):
+            dd.LTX2DiffusionDecoderConfig.from_dict({**raw, **bad})
+
+
+def test_neighborhood_attention_matches_dense_window():
+    """Blocked attention against a plain masked einsum over the whole grid (windows shifted inward, NATTEN)."""
+    rng = np.random.default_rng(2)
+    for grid, kernel, block in (((5, 7, 9), (3, 5, 3), (2, 3, 4)), ((4, 6, 6), (3, 3, 5), (8, 16, 16)),
+                                ((9, 5, 6), (5, 5, 5), (4, 2, 5))):
+        q, k, v = (rng.standard_normal((2, *grid, 2, 8)).astype(np.float32) for _ in range(3))
+        pos = np.stack(np.meshgrid(*[np.arange(n) for n in grid], indexing="ij"), -1).reshape(-1, 3)
+        start = np.clip(pos - np.array(kernel) // 2, 0, np.array(grid) - np.array(kernel))
+        inside = np.all((pos[None] >= start[:, None]) & (pos[None] < start[:, None] + np.array(kernel)), -1)
+        assert (inside.sum(-1) == np.prod(kernel)).all()
+        s = np.einsum("bqhd,bkhd->bhqk", q.reshape(2, -1, 2, 8), k.reshape(2, -1, 2, 8))
+        s = np.where(inside, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), v.reshape(2, -1, 2, 8)).reshape(q.shape)
+        out = dd.neighborhood_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), kernel, block)
+        assert _rel(out, ref) < 1e-6, (grid, kernel, block)
+
+
+def test_context_matches_reference(ckpt, context):
+    _, params, cfg, _ = ckpt
+    z, ref = context
+    out = dd.decoder_context(params, cfg, z)
+    assert out.shape == ref.shape == (1, 17, 24, 24, 16)
+    assert _rel(out, ref) < 1e-5
+
+
+def test_forward_matches_reference(ckpt, context):
+    model, params, cfg, _ = ckpt
+    _, ctx = context
+    ctx = np.concatenate([ctx, ctx[:, ::-1]])  # a batch of two with different timesteps
+    x_t = np.random.default_rng(3).standard_normal((2, 3, 17, 48, 48)).astype(np.float32)
+    t = np.array([0.7, 0.25], np.float32)
+    with torch.no_grad():
+        ref = model.decoder.forward_diffusion_step(torch.from_numpy(ctx), torch.from_numpy(x_t),
+                                                   torch.from_numpy(t)).numpy()
+    out = dd.forward(params, cfg, ctx, x_t, t)
+    assert out.shape == ref.shape
+    assert _rel(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("steps,output_type", [(None, "x0"), (3, "x0"), (2, "v")])
+def test_decode_matches_reference(ckpt, steps, output_type):
+    model, params, cfg, _ = ckpt
+    z = np.random.default_rng(4).standard_normal(LATENTS).astype(np.float32)
+    shape = dd.canvas_shape(cfg, z.shape)
+    assert shape == (1, 3, 17, 48, 48)
+    noise = torch.randn(shape, generator=torch.Generator().manual_seed(5))
+    model.decoder.model_output_type = output_type
+    try:
+        with torch.no_grad():  # decode draws randn_tensor(pixel_shape, generator) first: the same numbers as `noise`
+            ref = model.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(5),
+                               num_inference_steps=steps).sample.numpy()
+    finally:
+        model.decoder.model_output_type = "x0"
+    c = dataclasses.replace(cfg, decoder_model_output_type=output_type)
+    out = dd.decode(params, c, z, noise=noise.numpy(), denormalize=False, num_inference_steps=steps)
+    assert out.dtype == jnp.float32 and out.shape == ref.shape == (1, 3, 17, 48, 48)
+    assert _rel(out, ref) < 1e-5
+    if steps is None:  # seeded noise: a different draw, the same decoder
+        other = dd.decode(params, cfg, z, seed=1, denormalize=False)
+        assert other.shape == ref.shape and _rel(other, ref) > 1e-2
+
+
+def test_pipeline_matches_reference(ckpt):
+    model, params, cfg, _ = ckpt
+    z = np.random.default_rng(6).standard_normal(LATENTS).astype(np.float32)
+    pipe = LTX2VideoDiffusionDecodePipeline(diffusion_decoder=model, scheduler=FlowMatchEulerDiscreteScheduler())
+    pipe.set_progress_bar_config(disable=True)
+    ref = pipe(torch.from_numpy(z), generator=torch.Generator().manual_seed(7), output_type="np").frames
+    noise = torch.randn(dd.canvas_shape(cfg, z.shape), generator=torch.Generator().manual_seed(7)).numpy()
+    out = dd.postprocess(dd.decode(params, cfg, z, noise=noise))
+    assert out.shape == ref.shape == (1, 17, 48, 48, 3)
+    assert np.abs(out - ref).max() < 1e-4  # (the bound is 2/255)
+
+
+def test_small_latents_follow_upstream(ckpt):
+    """Latents under the size floor: diffusers raises, upstream ``_decode_pixels`` pads and crops. Restated here with
+    the reference's modules (``ensure_min_latent_shape``, ``pad_trailing_latent_for_natten_border``,
+    ``crop_trailing_context_natten_pad``, ``stage5_pixel_shape_from_stage4``, ``crop_pixels_to_content``)."""
+    model, params, cfg, _ = ckpt
+    dec = model.decoder
+    z = np.random.default_rng(8).standard_normal((1, 8, 1, 2, 3)).astype(np.float32)
+    with pytest.raises(ValueError):  # diffusers: a 2-pixel-high grid under the stage-1 kernel
+        with torch.no_grad():
+            model.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(0))
+
+    x = torch.from_numpy(z)
+    # ensure_min_latent_shape to (3, 3, 3): T repeat_last, H/W symmetric (before = need // 2), edge values.
+    x = torch.cat([x, x[:, :, -1:].expand(-1, -1, 2, -1, -1)], 2)
+    x = torch.cat([x, x[:, :, :, -1:]], 3)  # h 2 -> 3: before 0, after 1
+    with torch.no_grad():
+        feat = dec.forward_stages_1_to_3(x)  # (adds the ghost frames)
+        ctx = dec.forward_stage_4(feat, crop_trailing_ghost=False)
+        content_t = max(ctx.shape[1] - 2 * 8, 1)
+        keep = min(ctx.shape[1], max(content_t, cfg.decoder_stage5_kernel[0]))
+        ctx = ctx[:, :keep]
+        shape = (1, 3, keep, ctx.shape[2] * 2, ctx.shape[3] * 2)
+        noise = torch.randn(shape, generator=torch.Generator().manual_seed(9))
+        ref = dec.denoise(ctx, noise, 1)[:, :, :1, 0:32, 0:48].numpy()  # content: 1 frame, 32 x 48, from row 0
+    assert dd.canvas_shape(cfg, z.shape) == shape == (1, 3, 17, 48, 48)
+    out = dd.decode(params, cfg, z, noise=noise.numpy(), denormalize=False)
+    assert out.shape == ref.shape == (1, 3, 1, 32, 48)
+    assert _rel(out, ref) < 1e-5
+
+
+def test_forward_bf16(ckpt, context):
+    model, _, cfg, path = ckpt
+    params, _ = dd.load_diffusion_decoder(path, jnp.bfloat16)
+    assert params["decoder"]["diff_blocks"]["attn"]["to_q"]["kernel"].dtype == jnp.bfloat16
+    assert params["decoder"]["shared_adaln"]["proj"]["kernel"].dtype == jnp.float32
+    _, ctx = context
+    x_t = np.random.default_rng(10).standard_normal((1, 3, 17, 48, 48)).astype(np.float32)
+    t = np.array([0.6], np.float32)
+    with torch.no_grad():
+        ref = model.decoder.forward_diffusion_step(torch.from_numpy(ctx), torch.from_numpy(x_t),
+                                                   torch.from_numpy(t)).numpy()
+    out = dd.forward(params, cfg, ctx, x_t, t)
+    assert _rel(out, ref) < 1e-2
+
+
+def test_bad_inputs(ckpt):
+    _, params, cfg, _ = ckpt
+    z = np.zeros(LATENTS, np.float32)
+    for bad in (np.zeros((1, 4, 3, 3, 3), np.float32), np.zeros((8, 3, 3, 3), np.float32),
+                np.zeros((1, 8, 0, 3, 3), np.float32)):
+        with pytest.raises(ValueError, match="latents"):
+            dd.decode(params, cfg, bad)
+    with pytest.raises(ValueError, match="beyond"):
+        dd.decode(params, cfg, jnp.zeros((1, 8, 2000, 1, 1)))
+    with pytest.raises(ValueError, match="noise"):
+        dd.decode(params, cfg, z, noise=np.zeros((1, 3, 17, 48, 47), np.float32))
+    with pytest.raises(ValueError, match="num_inference_steps"):
+        dd.decode(params, cfg, z, num_inference_steps=0)
