@@ -18,14 +18,17 @@ from vidax.checkpoint.loader import plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx2 import diffusion_decoder as dd
 
-# The release's strides and reductions pattern at tiny widths; patch 2 (spatial compression 16); small kernels so
-# that a 3x3-latent decode is multi-block in the blocked neighbourhood attention (stage-5 grid 17 x 24 x 24).
+# The release's structure at tiny widths: its first three upsamplers, a temporal last one (keeping the stage-5 grid
+# small: the reference's flex attention materialises all scores), patch 2 (spatial compression 8), kernels that
+# differ per axis; a (3, 2, 3) latent makes a 17 x 8 x 12 stage-5 grid, several query blocks in T and W.
 TINY = dict(latent_channels=8, patch_size=2, decoder_head_dim=16,
             decoder_stage_channels=(64, 32, 32, 32, 16), decoder_stage_depths=(1, 2, 1, 1, 2),
-            decoder_stage_kernels=((3, 3, 3), (3, 3, 3), (3, 5, 5), (3, 3, 3)),
+            decoder_stage_kernels=((3, 1, 3), (3, 3, 3), (3, 3, 5), (3, 3, 3)),
+            decoder_upsample_strides=((1, 2, 2), (2, 1, 1), (2, 2, 2), (2, 1, 1)),
             decoder_upsample_channel_reductions=(2, 1, 1, 2), decoder_stage5_kernel=(3, 5, 5),
-            decoder_t_emb_dim=32, spatial_compression_ratio=16, scaling_factor=0.8)
-LATENTS = (1, 8, 3, 3, 3)  # T=3, h=w=3: the size floor of TINY, so diffusers and upstream coincide
+            decoder_t_emb_dim=32, spatial_compression_ratio=8, scaling_factor=0.8)
+LATENTS = (1, 8, 3, 2, 3)  # the size floor of TINY (min_latent_size), where diffusers and upstream coincide
+CANVAS = (1, 3, 17, 16, 24)
 
 
 def _rel(out, ref):
@@ -86,8 +89,7 @@ def test_keymap_and_config(ckpt):
 def test_neighborhood_attention_matches_dense_window():
     """Blocked attention against a plain masked einsum over the whole grid (windows shifted inward, NATTEN)."""
     rng = np.random.default_rng(2)
-    for grid, kernel, block in (((5, 7, 9), (3, 5, 3), (2, 3, 4)), ((4, 6, 6), (3, 3, 5), (8, 16, 16)),
-                                ((9, 5, 6), (5, 5, 5), (4, 2, 5))):
+    for grid, kernel, block in (((9, 7, 10), (5, 5, 3), (2, 3, 4)), ((4, 6, 6), (3, 3, 5), (8, 16, 16))):
         q, k, v = (rng.standard_normal((2, *grid, 2, 8)).astype(np.float32) for _ in range(3))
         pos = np.stack(np.meshgrid(*[np.arange(n) for n in grid], indexing="ij"), -1).reshape(-1, 3)
         start = np.clip(pos - np.array(kernel) // 2, 0, np.array(grid) - np.array(kernel))
@@ -105,41 +107,62 @@ def test_context_matches_reference(ckpt, context):
     _, params, cfg, _ = ckpt
     z, ref = context
     out = dd.decoder_context(params, cfg, z)
-    assert out.shape == ref.shape == (1, 17, 24, 24, 16)
+    assert out.shape == ref.shape == (1, 17, 8, 12, 16)
     assert _rel(out, ref) < 1e-5
 
 
-def test_forward_matches_reference(ckpt, context):
-    model, params, cfg, _ = ckpt
-    _, ctx = context
-    ctx = np.concatenate([ctx, ctx[:, ::-1]])  # a batch of two with different timesteps
-    x_t = np.random.default_rng(3).standard_normal((2, 3, 17, 48, 48)).astype(np.float32)
+@pytest.fixture(scope="module")
+def step(ckpt, context):
+    """The reference's ``forward_diffusion_step`` on a batch of two (different timesteps)."""
+    model = ckpt[0]
+    ctx = np.concatenate([context[1], context[1][:, ::-1]])
+    x_t = np.random.default_rng(3).standard_normal((2, *CANVAS[1:])).astype(np.float32)
     t = np.array([0.7, 0.25], np.float32)
     with torch.no_grad():
         ref = model.decoder.forward_diffusion_step(torch.from_numpy(ctx), torch.from_numpy(x_t),
                                                    torch.from_numpy(t)).numpy()
+    return ctx, x_t, t, ref
+
+
+def test_forward_matches_reference(ckpt, step):
+    _, params, cfg, _ = ckpt
+    ctx, x_t, t, ref = step
     out = dd.forward(params, cfg, ctx, x_t, t)
-    assert out.shape == ref.shape
+    assert out.shape == ref.shape == (2, *CANVAS[1:])
     assert _rel(out, ref) < 1e-5
 
 
-@pytest.mark.parametrize("steps,output_type", [(None, "x0"), (3, "x0"), (2, "v")])
-def test_decode_matches_reference(ckpt, steps, output_type):
+def test_forward_bf16(ckpt, step):
+    path = ckpt[3]
+    params, cfg = dd.load_diffusion_decoder(path, jnp.bfloat16)
+    assert params["decoder"]["diff_blocks"]["attn"]["to_q"]["kernel"].dtype == jnp.bfloat16
+    assert params["decoder"]["shared_adaln"]["proj"]["kernel"].dtype == jnp.float32
+    assert params["decoder"]["diff_blocks"]["norm1"]["scale"].dtype == jnp.float32
+    ctx, x_t, t, ref = step
+    assert _rel(dd.forward(params, cfg, ctx, x_t, t), ref) < 1e-2
+
+
+@pytest.mark.parametrize("steps,output_type", [(None, "x0"), (2, "x0"), (2, "v")])
+def test_decode_matches_reference(ckpt, context, steps, output_type):
+    """The release path (one x0 step) through ``LTX2VideoDiffusionDecoderModel.decode``; the multi-step loop through
+    the reference decoder's ``denoise`` on its own context of the same latents (the rest of its ``decode``)."""
     model, params, cfg, _ = ckpt
-    z = np.random.default_rng(4).standard_normal(LATENTS).astype(np.float32)
+    z, ctx = context
     shape = dd.canvas_shape(cfg, z.shape)
-    assert shape == (1, 3, 17, 48, 48)
+    assert shape == CANVAS
     noise = torch.randn(shape, generator=torch.Generator().manual_seed(5))
     model.decoder.model_output_type = output_type
     try:
-        with torch.no_grad():  # decode draws randn_tensor(pixel_shape, generator) first: the same numbers as `noise`
-            ref = model.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(5),
-                               num_inference_steps=steps).sample.numpy()
+        with torch.no_grad():
+            if steps is None:  # decode draws randn_tensor(pixel_shape, generator) first: the numbers of `noise`
+                ref = model.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(5)).sample.numpy()
+            else:
+                ref = model.decoder.denoise(torch.from_numpy(ctx), noise, steps).numpy()
     finally:
         model.decoder.model_output_type = "x0"
     c = dataclasses.replace(cfg, decoder_model_output_type=output_type)
     out = dd.decode(params, c, z, noise=noise.numpy(), denormalize=False, num_inference_steps=steps)
-    assert out.dtype == jnp.float32 and out.shape == ref.shape == (1, 3, 17, 48, 48)
+    assert out.dtype == jnp.float32 and out.shape == ref.shape == CANVAS
     assert _rel(out, ref) < 1e-5
     if steps is None:  # seeded noise: a different draw, the same decoder
         other = dd.decode(params, cfg, z, seed=1, denormalize=False)
@@ -154,65 +177,50 @@ def test_pipeline_matches_reference(ckpt):
     ref = pipe(torch.from_numpy(z), generator=torch.Generator().manual_seed(7), output_type="np").frames
     noise = torch.randn(dd.canvas_shape(cfg, z.shape), generator=torch.Generator().manual_seed(7)).numpy()
     out = dd.postprocess(dd.decode(params, cfg, z, noise=noise))
-    assert out.shape == ref.shape == (1, 17, 48, 48, 3)
+    assert out.shape == ref.shape == (1, 17, 16, 24, 3)
     assert np.abs(out - ref).max() < 1e-4  # (the bound is 2/255)
 
 
 def test_small_latents_follow_upstream(ckpt):
-    """Latents under the size floor: diffusers raises, upstream ``_decode_pixels`` pads and crops. Restated here with
-    the reference's modules (``ensure_min_latent_shape``, ``pad_trailing_latent_for_natten_border``,
-    ``crop_trailing_context_natten_pad``, ``stage5_pixel_shape_from_stage4``, ``crop_pixels_to_content``)."""
+    """Latents under the size floor: diffusers raises, upstream ``_decode_pixels`` pads and crops. Upstream restated
+    with the reference's modules (ltx-core ``diffusion_tiling``: ``ensure_min_latent_shape`` pads T by repeating the
+    last frame and H, W symmetrically by edge replication, ``before = need // 2``; ``forward_stages_1_to_3`` adds the
+    ghost frames; ``crop_trailing_context_natten_pad`` keeps ``max(content, stage-5 kernel_t)`` context frames;
+    the canvas is the context's; ``crop_pixels_to_content`` keeps the content frames and ``before * scale`` on)."""
     model, params, cfg, _ = ckpt
     dec = model.decoder
-    z = np.random.default_rng(8).standard_normal((1, 8, 1, 2, 3)).astype(np.float32)
-    with pytest.raises(ValueError):  # diffusers: a 2-pixel-high grid under the stage-1 kernel
+    z = np.random.default_rng(8).standard_normal((1, 8, 1, 2, 1)).astype(np.float32)  # floor (3, 2, 3)
+    with pytest.raises(ValueError):  # diffusers: a 1-pixel-wide grid under the stage-1 kernel
         with torch.no_grad():
             model.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(0))
 
     x = torch.from_numpy(z)
-    # ensure_min_latent_shape to (3, 3, 3): T repeat_last, H/W symmetric (before = need // 2), edge values.
-    x = torch.cat([x, x[:, :, -1:].expand(-1, -1, 2, -1, -1)], 2)
-    x = torch.cat([x, x[:, :, :, -1:]], 3)  # h 2 -> 3: before 0, after 1
+    x = torch.cat([x, x[:, :, -1:].expand(-1, -1, 2, -1, -1)], 2)  # T 1 -> 3
+    x = torch.cat([x[..., :1], x, x[..., -1:]], 4)  # W 1 -> 3: one before, one after
     with torch.no_grad():
-        feat = dec.forward_stages_1_to_3(x)  # (adds the ghost frames)
-        ctx = dec.forward_stage_4(feat, crop_trailing_ghost=False)
-        content_t = max(ctx.shape[1] - 2 * 8, 1)
+        ctx = dec.forward_stage_4(dec.forward_stages_1_to_3(x), crop_trailing_ghost=False)
+        content_t = max(ctx.shape[1] - cfg.trailing_pad_latent_frames * 8, 1)
         keep = min(ctx.shape[1], max(content_t, cfg.decoder_stage5_kernel[0]))
         ctx = ctx[:, :keep]
         shape = (1, 3, keep, ctx.shape[2] * 2, ctx.shape[3] * 2)
         noise = torch.randn(shape, generator=torch.Generator().manual_seed(9))
-        ref = dec.denoise(ctx, noise, 1)[:, :, :1, 0:32, 0:48].numpy()  # content: 1 frame, 32 x 48, from row 0
-    assert dd.canvas_shape(cfg, z.shape) == shape == (1, 3, 17, 48, 48)
+        ref = dec.denoise(ctx, noise, 1)[:, :, :1, :, 8:16].numpy()  # 1 frame, 16 x 8 pixels from column 1 x 8
+    assert dd.canvas_shape(cfg, z.shape) == shape == CANVAS
     out = dd.decode(params, cfg, z, noise=noise.numpy(), denormalize=False)
-    assert out.shape == ref.shape == (1, 3, 1, 32, 48)
+    assert out.shape == ref.shape == (1, 3, 1, 16, 8)
     assert _rel(out, ref) < 1e-5
-
-
-def test_forward_bf16(ckpt, context):
-    model, _, cfg, path = ckpt
-    params, _ = dd.load_diffusion_decoder(path, jnp.bfloat16)
-    assert params["decoder"]["diff_blocks"]["attn"]["to_q"]["kernel"].dtype == jnp.bfloat16
-    assert params["decoder"]["shared_adaln"]["proj"]["kernel"].dtype == jnp.float32
-    _, ctx = context
-    x_t = np.random.default_rng(10).standard_normal((1, 3, 17, 48, 48)).astype(np.float32)
-    t = np.array([0.6], np.float32)
-    with torch.no_grad():
-        ref = model.decoder.forward_diffusion_step(torch.from_numpy(ctx), torch.from_numpy(x_t),
-                                                   torch.from_numpy(t)).numpy()
-    out = dd.forward(params, cfg, ctx, x_t, t)
-    assert _rel(out, ref) < 1e-2
 
 
 def test_bad_inputs(ckpt):
     _, params, cfg, _ = ckpt
     z = np.zeros(LATENTS, np.float32)
-    for bad in (np.zeros((1, 4, 3, 3, 3), np.float32), np.zeros((8, 3, 3, 3), np.float32),
-                np.zeros((1, 8, 0, 3, 3), np.float32)):
+    for bad in (np.zeros((1, 4, 3, 2, 3), np.float32), np.zeros((8, 3, 2, 3), np.float32),
+                np.zeros((1, 8, 0, 2, 3), np.float32)):
         with pytest.raises(ValueError, match="latents"):
             dd.decode(params, cfg, bad)
     with pytest.raises(ValueError, match="beyond"):
         dd.decode(params, cfg, jnp.zeros((1, 8, 2000, 1, 1)))
     with pytest.raises(ValueError, match="noise"):
-        dd.decode(params, cfg, z, noise=np.zeros((1, 3, 17, 48, 47), np.float32))
+        dd.decode(params, cfg, z, noise=np.zeros((1, 3, 17, 16, 23), np.float32))
     with pytest.raises(ValueError, match="num_inference_steps"):
         dd.decode(params, cfg, z, num_inference_steps=0)

@@ -27,7 +27,7 @@ The sampling loop
     ``t`` runs over ``linspace(1, 1/N, N)``; each step is one stage-5 evaluation and a reverse Euler update
     (an ``x0`` prediction is converted to a velocity ``(x_t - x0) / t``); the last step of an ``x0`` model returns
     its prediction. The released decoder takes ``N = 1`` with ``x0``: one evaluation on pure noise. A host loop
-    runs one jitted step program (compiled once for all steps).
+    runs the one jitted stage-5 program (compiled once for all steps) and the elementwise update.
 
 Where diffusers departs from upstream (upstream ltx-core is followed)
     * Small inputs: diffusers raises when a stage grid is smaller than its kernel (e.g. a 1- or 2-frame latent:
@@ -84,8 +84,11 @@ TIME_PROJ_DIM = 256
 ADALN_CHUNKS = 7
 #: RoPE base of the neighbourhood attention.
 ROPE_BASE = 10000.0
-#: Query block (frames, height, width) of the blocked neighbourhood attention.
-QUERY_BLOCK = (8, 16, 16)
+#: Query block (frames, height, width) of the blocked neighbourhood attention: small, so that the key halo
+#: (``block + kernel - 1`` per axis) stays a few times the window (release stage 5: 4536 keys for a 1331 window).
+QUERY_BLOCK = (4, 8, 8)
+#: Attention scores (float32 elements) computed at once: blocks run in ``lax.map`` batches of this size.
+SCORE_BUDGET = 1 << 27
 #: Tokens per SwiGLU chunk (the reference's ``_SWIGLU_TILE_SIZE``; pointwise, so chunking changes only memory).
 SWIGLU_CHUNK = 16384
 #: Bounds on the configuration and the latents (far above any release).
@@ -397,7 +400,8 @@ def neighborhood_attention(q: jax.Array, k: jax.Array, v: jax.Array, kernel: tup
     """3D neighbourhood attention (NATTEN ``na3d`` semantics, scale 1: the query comes pre-scaled).
 
     Query ``(t, h, w)`` attends to the ``kernel`` window starting at ``clip(pos - kernel // 2, 0, n - kernel)`` per
-    axis. Blocked: each ``block`` of queries against its key halo of ``block + kernel - 1`` positions per axis.
+    axis. Blocked: each ``block`` of queries against its key halo of ``block + kernel - 1`` positions per axis,
+    :data:`SCORE_BUDGET` scores at a time.
 
     Args:
       q, k, v: ``(B, T, H, W, heads, D)``, each grid axis at least its kernel.
@@ -437,7 +441,8 @@ def neighborhood_attention(q: jax.Array, k: jax.Array, v: jax.Array, kernel: tup
                          preferred_element_type=_F32)
         return out.astype(v.dtype).reshape(b, *bs, nh, d)
 
-    blocks = jax.lax.map(one, (jnp.asarray(ids, jnp.int32), jnp.asarray(kv0, jnp.int32)))
+    batch = max(1, min(len(ids), SCORE_BUDGET // (b * nh * math.prod(bs) * math.prod(halo))))
+    blocks = jax.lax.map(one, (jnp.asarray(ids, jnp.int32), jnp.asarray(kv0, jnp.int32)), batch_size=batch)
     y = blocks.reshape(*nbs, b, *bs, nh, d).transpose(3, 0, 4, 1, 5, 2, 6, 7, 8)
     y = y.reshape(b, nbs[0] * bs[0], nbs[1] * bs[1], nbs[2] * bs[2], nh, d)
     return y[:, : grid[0], : grid[1], : grid[2]]
@@ -563,9 +568,8 @@ def _context(params: dict, cfg: LTX2DiffusionDecoderConfig, z: jax.Array) -> jax
     """Stages 1-4 on denormalised latents ``(B, C, T, h, w)``: float32 context ``(B, T5, H5, W5, C5)`` (floor
     padding, ghost frames, ghost crop as upstream ``_decode_pixels``)."""
     p = params["decoder"]
-    plan = _plan(cfg, *z.shape[2:])
-    (t0, t1), (h0, h1), (w0, w1) = plan.pads
-    z = jnp.pad(z, ((0, 0), (0, 0), (t0, t1 + cfg.trailing_pad_latent_frames), (h0, h1), (w0, w1)), mode="edge")
+    plan = _plan(cfg, *z.shape[2:])  # (z is at least the floor: see _floor_pad)
+    z = jnp.pad(z, ((0, 0), (0, 0), (0, cfg.trailing_pad_latent_frames), (0, 0), (0, 0)), mode="edge")
     x = linear(p["conv_in"], jnp.transpose(z, (0, 2, 3, 4, 1)), _F32)
     for s in range(cfg.num_stages):
         with jax.named_scope(f"det_stages.{s}"):
@@ -600,6 +604,16 @@ def _prediction(params: dict, cfg: LTX2DiffusionDecoderConfig, context: jax.Arra
     return _unpatchify(x, cfg.patch_size)
 
 
+def _floor_pad(cfg: LTX2DiffusionDecoderConfig, z: jax.Array) -> jax.Array:
+    """Latents padded to the size floor (upstream ``ensure_min_latent_shape``: the last frame repeated, height and
+    width edge-replicated symmetrically, the odd one after); outside the program, so small clips share its
+    compilation."""
+    (t0, t1), (h0, h1), (w0, w1) = _plan(cfg, *z.shape[2:]).pads
+    if t0 + t1 + h0 + h1 + w0 + w1 == 0:
+        return z
+    return jnp.pad(z, ((0, 0), (0, 0), (t0, t1), (h0, h1), (w0, w1)), mode="edge")
+
+
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _context_program(params, cfg, z):
     return _context(params, cfg, z)
@@ -610,15 +624,21 @@ def _forward_program(params, cfg, context, x_t, timestep):
     return _prediction(params, cfg, context, x_t, timestep)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _step_program(params, cfg, context, x_t, t_now, t_next, last):
-    """One sampling step: the prediction at ``t_now``, then the reverse Euler update to ``t_next`` (float32); the last
-    step of an ``x0`` model returns the prediction (upstream ``_decode_one_tile``)."""
-    pred = _prediction(params, cfg, context, x_t, jnp.full((x_t.shape[0],), t_now, _F32))
-    if cfg.decoder_model_output_type == "v":
-        return x_t - (t_now - t_next) * pred
-    euler = x_t - (t_now - t_next) * ((x_t - pred) / t_now)
-    return jnp.where(last, pred, euler)
+def _architecture(cfg: LTX2DiffusionDecoderConfig) -> LTX2DiffusionDecoderConfig:
+    """``cfg`` without the settings the device programs do not read (one compilation serves them all)."""
+    return dataclasses.replace(cfg, scaling_factor=1.0, decoder_model_output_type="x0", decoder_num_inference_steps=1)
+
+
+def _euler(cfg: LTX2DiffusionDecoderConfig, x_t: jax.Array, pred: jax.Array, t_now: float, t_next: float,
+           last: bool) -> jax.Array:
+    """The update after the prediction at ``t_now`` (``LTX2VideoDiffusionDecoder3d.denoise``): reverse Euler to
+    ``t_next`` in float32, an ``x0`` prediction converted to the velocity ``(x_t - x0) / t_now``; the last step of
+    an ``x0`` model returns the prediction (upstream ``_decode_one_tile``). Elementwise, on the host's dispatch."""
+    if cfg.decoder_model_output_type == "x0":
+        if last:
+            return pred
+        pred = (x_t - pred) / t_now
+    return x_t - (t_now - t_next) * pred
 
 
 # ---------------------------------------------------------------------------------------------
@@ -656,7 +676,7 @@ def decoder_context(params: dict, cfg: LTX2DiffusionDecoderConfig, latents: jax.
       ValueError: a wrong rank, channel count or an oversized latent.
     """
     _check_latents(cfg, latents)
-    return _context_program(params, cfg, jnp.asarray(latents, _F32))
+    return _context_program(params, _architecture(cfg), _floor_pad(cfg, jnp.asarray(latents, _F32)))
 
 
 def forward(params: dict, cfg: LTX2DiffusionDecoderConfig, context: jax.Array, x_t: jax.Array,
@@ -683,7 +703,8 @@ def forward(params: dict, cfg: LTX2DiffusionDecoderConfig, context: jax.Array, x
         raise ValueError(f"forward: the context grid {(f5, h5, w5)} is smaller than the stage-5 kernel "
                          f"{cfg.decoder_stage5_kernel}")
     t = np.broadcast_to(np.asarray(timestep, np.float32), (b,))
-    return _forward_program(params, cfg, jnp.asarray(context, _F32), jnp.asarray(x_t, _F32), jnp.asarray(t))
+    return _forward_program(params, _architecture(cfg), jnp.asarray(context, _F32), jnp.asarray(x_t, _F32),
+                            jnp.asarray(t))
 
 
 def denormalize_latents(params: dict, cfg: LTX2DiffusionDecoderConfig, latents: jax.Array) -> jax.Array:
@@ -730,12 +751,14 @@ def decode(params: dict, cfg: LTX2DiffusionDecoderConfig, latents: jax.Array, *,
         raise ValueError(f"noise: shape {tuple(noise.shape)}, the canvas of latents {shape} is {want} "
                          "(see canvas_shape)")
     z = denormalize_latents(params, cfg, latents) if denormalize else jnp.asarray(latents, _F32)
-    context = _context_program(params, cfg, z)
+    arch = _architecture(cfg)
+    context = _context_program(params, arch, _floor_pad(cfg, z))
     x_t = jax.random.normal(jax.random.PRNGKey(seed), want, _F32) if noise is None else jnp.asarray(noise, _F32)
     timesteps = np.linspace(1.0, 1.0 / n, n, dtype=np.float32)  # torch.linspace(1, 1/N, N) in float32
     for i in range(n):
         t_next = timesteps[i + 1] if i + 1 < n else np.float32(0.0)
-        x_t = _step_program(params, cfg, context, x_t, timesteps[i], t_next, np.bool_(i == n - 1))
+        t = jnp.full((shape[0],), timesteps[i], _F32)
+        x_t = _euler(cfg, x_t, _forward_program(params, arch, context, x_t, t), timesteps[i], t_next, i == n - 1)
         if progress is not None:
             progress(i + 1, n)
     plan = _plan(cfg, *shape[2:])
