@@ -7,6 +7,7 @@ included, written by the reference class with ``save_pretrained`` and read back 
 import dataclasses
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, LTX2VideoDiffusionDecoderModel
 from diffusers.pipelines.ltx2.pipeline_ltx2_diffusion_decode import LTX2VideoDiffusionDecodePipeline
 
-from vidax.checkpoint.loader import plan_load
+from vidax.checkpoint.errors import CheckpointError
+from vidax.checkpoint.loader import DictReader, plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx2 import diffusion_decoder as dd
 
@@ -84,6 +86,47 @@ def test_keymap_and_config(ckpt):
                        (dict(bogus=1), "unknown"), (dict(_class_name="AutoencoderKLLTX2Video"), "not")):
         with pytest.raises(ValueError, match=match):
             dd.LTX2DiffusionDecoderConfig.from_dict({**raw, **bad})
+
+
+def test_release_layout(ckpt):
+    """The release VAE file's names (upstream ``DiffusionVideoDecoder``: fused ``qkv``, ``proj``, ``q_norm``,
+    ``t_embedder.mlp``, static gates, ``per_channel_statistics``), written here by inverting diffusers'
+    ``convert_ltx2_diffusion_video_vae``, load to the parameters of the diffusers folder."""
+    model, params, cfg, _ = ckpt
+    rng = np.random.default_rng(11)
+    release = {"vae.encoder.conv_in.conv.weight": np.zeros((4, 3)), "vae.per_channel_statistics.channel": np.zeros(8),
+               "vae.per_channel_statistics.mean-of-stds": np.zeros(8), "vae.decoder.type_emb": np.zeros(16),
+               "vae.decoder.coarse_head.weight": np.zeros((3, 16)), "model.diffusion_model.x": np.zeros(1)}
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    gates = {}
+    for k, v in sd.items():
+        if k.startswith("latents_"):
+            release[f"vae.per_channel_statistics.{k[8:]}-of-means"] = v
+            continue
+        r = k
+        for old, new in dd.RELEASE_RENAMES:
+            r = r.replace(new, old)
+        if ".attn.to_q." in r:
+            v = np.concatenate([sd[k], sd[k.replace("to_q", "to_k")], sd[k.replace("to_q", "to_v")]])
+            r = r.replace("to_q", "qkv")
+        elif ".attn.to_k." in r or ".attn.to_v." in r:
+            continue
+        for leaf, gate in ((".attn.proj.", "gate_msa"), (".context_proj.", "gate_ctx"), (".mlp.w_down.", "gate_mlp")):
+            if r.startswith("decoder.diff_blocks.") and leaf in r:
+                g = gates.setdefault(r.split(leaf)[0] + "." + gate,
+                                     rng.uniform(0.5, 2.0, v.shape[0]).astype(np.float32))
+                v = v / (g[:, None] if v.ndim == 2 else g)
+        release["vae." + r] = v
+    release.update({"vae." + k: g for k, g in gates.items()})
+    assert len(gates) == 3 * cfg.decoder_stage_depths[-1]
+    loaded, _ = dd.load_release_diffusion_decoder(DictReader(release), prefix="vae.", cfg=cfg)
+    flat = dict(jax.tree_util.tree_flatten_with_path(params)[0])
+    for path, leaf in jax.tree_util.tree_flatten_with_path(loaded)[0]:
+        np.testing.assert_allclose(np.asarray(leaf), np.asarray(flat[path]), rtol=1e-6, atol=1e-7, err_msg=str(path))
+    assert len(flat) == len(jax.tree_util.tree_leaves(loaded))
+    with pytest.raises(CheckpointError, match="unexpected"):
+        dd.load_release_diffusion_decoder(DictReader({**release, "vae.decoder.bogus": np.zeros(1)}), prefix="vae.",
+                                          cfg=cfg)
 
 
 def test_neighborhood_attention_matches_dense_window():

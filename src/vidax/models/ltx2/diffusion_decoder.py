@@ -354,6 +354,130 @@ def load_diffusion_decoder(folder: str | os.PathLike,
     return params, cfg
 
 
+#: Release (upstream ltx-core) names -> diffusers names, applied to the ``decoder.`` keys (diffusers
+#: ``scripts/convert_ltx2_to_diffusers.py``, ``LTX_2_5_DIFFUSION_DECODER_RENAME_DICT``).
+RELEASE_RENAMES = (
+    ("t_embedder.mlp.0.", "t_embedder.timestep_embedder.linear_1."),
+    ("t_embedder.mlp.2.", "t_embedder.timestep_embedder.linear_2."),
+    (".attn.proj.", ".attn.to_out.0."),
+    (".attn.q_norm.", ".attn.norm_q."),
+    (".attn.k_norm.", ".attn.norm_k."),
+)
+#: Static AdaLN gates of gated (distilled) release checkpoints, folded into the linear they gate (``W <- g W``,
+#: ``b <- g b``, in float32; ``LTX_2_5_DIFFUSION_DECODER_GATE_FOLD_TARGETS``).
+RELEASE_GATES = {
+    ".attn.to_out.0.weight": ".gate_msa", ".attn.to_out.0.bias": ".gate_msa", ".mlp.w_down.weight": ".gate_mlp",
+    ".context_proj.weight": ".gate_ctx", ".context_proj.bias": ".gate_ctx",
+}
+#: Release keys that are known and unused: the encoder, the other latent statistics, the unused ``type_emb`` and the
+#: bundled preview heads (``coarse_*``).
+RELEASE_UNUSED = ("encoder.", "per_channel_statistics.channel", "per_channel_statistics.mean-of-stds",
+                  "decoder.type_emb")
+
+
+class ReleaseDiffusionDecoderReader:
+    """A reader presenting a release diffusion-VAE checkpoint (upstream ``DiffusionVideoDecoder`` state dict, e.g.
+    ``ltx-2.5-video-vae-bf16.safetensors``) under the diffusers names of :func:`diffusion_decoder_keymap`.
+
+    Follows diffusers' ``convert_ltx2_diffusion_video_vae``: the ``decoder.`` keys renamed (:data:`RELEASE_RENAMES`),
+    each fused ``attn.qkv`` split into ``to_q`` / ``to_k`` / ``to_v`` (thirds of its rows), static gates folded
+    (:data:`RELEASE_GATES`), ``per_channel_statistics.{mean,std}-of-means`` as ``latents_mean`` / ``latents_std``.
+
+    Args:
+      reader: the checkpoint (``keys()``, ``shape``, ``dtype``, ``get``), e.g. a ``CheckpointReader``.
+      prefix: the VAE's key prefix in the file (``""`` for the standalone VAE file, ``"vae."`` in a combined one);
+        keys outside it are another component's and are not read.
+
+    Raises:
+      CheckpointError: a key under ``prefix`` that is neither mapped nor known unused; a fused ``qkv`` whose rows do
+        not divide by 3; a gate without the linear it gates.
+    """
+
+    def __init__(self, reader: Any, prefix: str = ""):
+        from vidax.checkpoint.errors import CheckpointError
+
+        self._reader, self._map = reader, {}
+        keys = [k for k in reader.keys() if k.startswith(prefix)]
+        gates = {k for k in keys if k.startswith(prefix + "decoder.") and k.endswith((".gate_msa", ".gate_mlp",
+                                                                                     ".gate_ctx"))}
+        used, unknown = set(), []
+        for key in keys:
+            k = key[len(prefix):]
+            if k.startswith(RELEASE_UNUSED) or key in gates or k.startswith("decoder.coarse_") or ".coarse_" in k:
+                continue
+            if k in ("per_channel_statistics.mean-of-means", "per_channel_statistics.std-of-means"):
+                self._map["latents_mean" if "mean-of-means" in k else "latents_std"] = (key, None, None)
+                continue
+            if not k.startswith("decoder."):
+                unknown.append(key)
+                continue
+            new = k
+            for old, repl in RELEASE_RENAMES:
+                new = new.replace(old, repl)
+            if new.endswith((".qkv.weight", ".qkv.bias")):
+                leaf = new.rsplit(".", 1)[1]
+                rows = reader.shape(key)[0]
+                if rows % 3:
+                    raise CheckpointError(f"{key}: a fused qkv of {rows} rows does not split in three")
+                for j, name in enumerate(("to_q", "to_k", "to_v")):
+                    self._map[f"{new[: -len('qkv.' + leaf)]}{name}.{leaf}"] = (key, (j * rows // 3,
+                                                                                    (j + 1) * rows // 3), None)
+                continue
+            gate = None
+            for leaf, suffix in RELEASE_GATES.items():
+                if new.endswith(leaf) and prefix + new[: -len(leaf)] + suffix in gates:
+                    gate = prefix + new[: -len(leaf)] + suffix
+                    used.add(gate)
+            self._map[new] = (key, None, gate)
+        if unknown or gates - used:
+            raise CheckpointError(f"release diffusion VAE: unexpected keys {sorted(unknown)[:8]}, gates without "
+                                  f"their linear {sorted(gates - used)[:8]} (is this an LTX-2.5 diffusion VAE?)")
+
+    def keys(self):
+        return list(self._map)
+
+    def shape(self, key):
+        src, rows, _ = self._map[key]
+        shape = tuple(self._reader.shape(src))
+        return shape if rows is None else (rows[1] - rows[0], *shape[1:])
+
+    def dtype(self, key):
+        return self._reader.dtype(self._map[key][0])
+
+    def get(self, key):
+        src, rows, gate = self._map[key]
+        value = np.asarray(self._reader.get(src))
+        if rows is not None:
+            value = value[rows[0] : rows[1]]
+        if gate is not None:
+            g = np.asarray(self._reader.get(gate)).astype(np.float32)
+            value = ((g[:, None] if value.ndim == 2 else g) * value.astype(np.float32)).astype(value.dtype)
+        return value
+
+
+def load_release_diffusion_decoder(path: str | os.PathLike | Any, dtype: Any = np.float32, prefix: str = "",
+                                   cfg: LTX2DiffusionDecoderConfig | None = None
+                                   ) -> tuple[dict, LTX2DiffusionDecoderConfig]:
+    """Load the diffusion decoder from a release VAE file (:class:`ReleaseDiffusionDecoderReader`), strictly.
+
+    Args:
+      path: a safetensors file or folder, or a reader. dtype: as :func:`load_diffusion_decoder`.
+      prefix: the VAE's key prefix (``""``: the standalone file; ``"vae."``: a combined checkpoint).
+      cfg: the architecture; default the LTX-2.5 release's (diffusers' converter: the class defaults).
+
+    Raises:
+      CheckpointError: keys or shapes that do not match ``cfg``.
+    """
+    from vidax.checkpoint.loader import load_params
+    from vidax.checkpoint.safetensors_io import CheckpointReader
+
+    cfg = cfg or LTX2DiffusionDecoderConfig()
+    reader = CheckpointReader(path) if isinstance(path, (str, os.PathLike)) else path
+    params = load_params(ReleaseDiffusionDecoderReader(reader, prefix), diffusion_decoder_keymap(cfg),
+                         diffusion_decoder_specs(cfg), dtype, source=str(path))
+    return params, cfg
+
+
 # ---------------------------------------------------------------------------------------------
 # Building blocks (channels-last, pure)
 # ---------------------------------------------------------------------------------------------
