@@ -124,6 +124,15 @@ def test_release_layout(ckpt):
     for path, leaf in jax.tree_util.tree_flatten_with_path(loaded)[0]:
         np.testing.assert_allclose(np.asarray(leaf), np.asarray(flat[path]), rtol=1e-6, atol=1e-7, err_msg=str(path))
     assert len(flat) == len(jax.tree_util.tree_leaves(loaded))
+    # The release metadata (``config["vae"]``) in upstream's terms: the architecture diffusers' converter states.
+    release_vae = {"_class_name": "CausalDiffusionVAE", "model_output_type": "x0", "decoder": {
+        "stage_channels": [2048, 1024, 512, 512, 256], "stage_depths": [4, 6, 4, 2, 8],
+        "stage_kernels": [[3, 7, 7], [3, 7, 7], [3, 5, 5], [3, 5, 5], [3, 3, 3]],
+        "upsamples": [[[1, 2, 2], 2], [[2, 1, 1], 2], [[2, 2, 2], 1], [[2, 2, 2], 2]], "stage5_kernel": [11, 11, 11],
+        "default_num_inference_steps": 1, "timestep_scale_multiplier": 1000.0}}
+    assert dd.LTX2DiffusionDecoderConfig.from_release(release_vae) == dd.LTX2DiffusionDecoderConfig()
+    upstream_defaults = dd.LTX2DiffusionDecoderConfig.from_release({"decoder": {}})
+    assert upstream_defaults.decoder_stage_channels[0] == 1024 and upstream_defaults.decoder_model_output_type == "v"
     with pytest.raises(CheckpointError, match="unexpected"):
         dd.load_release_diffusion_decoder(DictReader({**release, "vae.decoder.bogus": np.zeros(1)}), prefix="vae.",
                                           cfg=cfg)

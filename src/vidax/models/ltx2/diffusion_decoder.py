@@ -227,6 +227,50 @@ class LTX2DiffusionDecoderConfig:
                              "LTX2VideoDiffusionDecoderModel args)")
         return cls(**config_values(cls, config, "LTX-2 diffusion decoder config"))
 
+    @classmethod
+    def from_release(cls, vae: dict[str, Any]) -> LTX2DiffusionDecoderConfig:
+        """Build from a release checkpoint's ``config["vae"]`` metadata (``_class_name`` ``CausalDiffusionVAE``), read
+        as upstream ``_build_diffusion_video_decoder`` reads it: the architecture under ``vae["decoder"]`` (or flat),
+        ``model_output_type`` beside it; absent keys take upstream ``DiffusionVideoDecoder`` 's defaults (which are
+        not diffusers': widths (1024, 512, 256, 256, 128), stage-5 kernel (3, 7, 7), 2 steps, multiplier 1, ``v``).
+
+        Raises:
+          ValueError: a ``stage5_channels`` other than the last stage width or a ``rope_dim_split`` other than the
+            default (diffusers' model has neither), or an invalid configuration.
+        """
+        d = vae.get("decoder", vae)
+        if not isinstance(d, dict):
+            raise ValueError("release vae config: 'decoder' must be an object")
+        channels = tuple(d.get("stage_channels", (1024, 512, 256, 256, 128)))
+        ups = d.get("upsamples", ((((1, 2, 2), 2), ((2, 1, 1), 2), ((2, 2, 2), 1), ((2, 2, 2), 2))))
+        try:
+            strides = tuple(tuple(int(v) for v in st) for st, _ in ups)
+            reductions = tuple(int(r) for _, r in ups)
+            kernels = tuple(tuple(int(v) for v in k) for k in d.get(
+                "stage_kernels", ((3, 7, 7), (3, 7, 7), (3, 5, 5), (3, 5, 5), (3, 3, 3))))[: len(strides)]
+        except (TypeError, ValueError):
+            raise ValueError("release vae config: 'upsamples' must be [[stride (3 ints), reduction], ...] and "
+                             "'stage_kernels' lists of 3 ints") from None
+        if d.get("stage5_channels", channels[-1]) != channels[-1]:
+            raise ValueError(f"release vae config: stage5_channels={d['stage5_channels']} differs from the last stage "
+                             f"width {channels[-1]} (not supported)")
+        head_dim = int(d.get("head_dim", d.get("na_head_dim", 64)))
+        if d.get("rope_dim_split") is not None and tuple(d["rope_dim_split"]) != rope_split(head_dim):
+            raise ValueError(f"release vae config: rope_dim_split={d['rope_dim_split']} (only the default)")
+        patch = int(d.get("patch_size", 4))
+        return cls(out_channels=int(d.get("out_channels", 3)),
+                   latent_channels=int(d.get("in_channels", vae.get("latent_channels", 128))), patch_size=patch,
+                   decoder_head_dim=head_dim, decoder_stage_channels=channels,
+                   decoder_stage_depths=tuple(d.get("stage_depths", (4, 6, 4, 2, 8))), decoder_stage_kernels=kernels,
+                   decoder_upsample_strides=strides, decoder_upsample_channel_reductions=reductions,
+                   decoder_stage5_kernel=tuple(d.get("stage5_kernel", (3, 7, 7))),
+                   decoder_t_emb_dim=int(d.get("t_emb_dim", 384)),
+                   decoder_timestep_scale_multiplier=float(d.get("timestep_scale_multiplier", 1.0)),
+                   decoder_model_output_type=vae.get("model_output_type", "v"),
+                   decoder_num_inference_steps=int(d.get("default_num_inference_steps", 2)),
+                   spatial_compression_ratio=math.prod(s[1] for s in strides) * patch,
+                   temporal_compression_ratio=math.prod(s[0] for s in strides))
+
     @property
     def num_stages(self) -> int:
         """Deterministic stages (upsamplers): 4 in the release."""
@@ -463,7 +507,9 @@ def load_release_diffusion_decoder(path: str | os.PathLike | Any, dtype: Any = n
     Args:
       path: a safetensors file or folder, or a reader. dtype: as :func:`load_diffusion_decoder`.
       prefix: the VAE's key prefix (``""``: the standalone file; ``"vae."``: a combined checkpoint).
-      cfg: the architecture; default the LTX-2.5 release's (diffusers' converter: the class defaults).
+      cfg: the architecture; default: from the file's ``config`` metadata
+        (:meth:`LTX2DiffusionDecoderConfig.from_release`), else the LTX-2.5 release's as diffusers' converter
+        states it (the class defaults).
 
     Raises:
       CheckpointError: keys or shapes that do not match ``cfg``.
@@ -471,8 +517,11 @@ def load_release_diffusion_decoder(path: str | os.PathLike | Any, dtype: Any = n
     from vidax.checkpoint.loader import load_params
     from vidax.checkpoint.safetensors_io import CheckpointReader
 
-    cfg = cfg or LTX2DiffusionDecoderConfig()
     reader = CheckpointReader(path) if isinstance(path, (str, os.PathLike)) else path
+    if cfg is None:
+        meta = getattr(reader, "metadata", None) or {}
+        vae = json.loads(meta["config"]).get("vae") if "config" in meta else None
+        cfg = LTX2DiffusionDecoderConfig.from_release(vae) if vae else LTX2DiffusionDecoderConfig()
     params = load_params(ReleaseDiffusionDecoderReader(reader, prefix), diffusion_decoder_keymap(cfg),
                          diffusion_decoder_specs(cfg), dtype, source=str(path))
     return params, cfg
