@@ -20,6 +20,9 @@ from vidax.checkpoint.loader import DictReader, plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx2 import diffusion_decoder as dd
 
+# The reference's flex attention runs uncompiled on CPU (it says so once per call).
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
 # The release's structure at tiny widths: its first three upsamplers, a temporal last one (keeping the stage-5 grid
 # small: the reference's flex attention materialises all scores), patch 2 (spatial compression 8), kernels that
 # differ per axis; a (3, 2, 3) latent makes a 17 x 8 x 12 stage-5 grid, several query blocks in T and W.
