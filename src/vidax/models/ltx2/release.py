@@ -365,6 +365,10 @@ def vae_config(meta: dict, conv_in_width: int) -> dict:
         w *= f
         dec_widths.append(_int(w, "vae decoder width"))
     latent = _int(c.get("latent_channels", 128), "vae.latent_channels")
+    patch = _int(c.get("patch_size", 4), "vae.patch_size", 64)
+    # upstream SpatioTemporalScaleFactors.from_blocks: each compress block halves its axes
+    spatial = patch * 2 ** sum(_DOWN[n] in ("spatial", "spatiotemporal") for n, _ in downs)
+    temporal = 2 ** sum(_DOWN[n] in ("temporal", "spatiotemporal") for n, _ in downs)
     return {"_class_name": "AutoencoderKLLTX2Video", "in_channels": c.get("in_channels", 3),
             "out_channels": c.get("out_channels", 3), "latent_channels": latent, "block_out_channels": widths,
             "down_block_types": ["LTX2VideoDownBlock3D"] * len(downs), "decoder_block_out_channels": dec_widths,
@@ -374,7 +378,8 @@ def vae_config(meta: dict, conv_in_width: int) -> dict:
             "upsample_type": [_UP[n] for n, _ in ups], "upsample_residual": [bool(p.get("residual", False))
                                                                             for _, p in ups],
             "upsample_factor": factors, "timestep_conditioning": bool(c.get("timestep_conditioning", True)),
-            "patch_size": c.get("patch_size", 4), "patch_size_t": 1, "resnet_norm_eps": 1e-6,
+            "patch_size": patch, "patch_size_t": 1, "resnet_norm_eps": 1e-6,
+            "spatial_compression_ratio": spatial, "temporal_compression_ratio": temporal,
             "encoder_causal": True, "decoder_causal": bool(c.get("causal_decoder", False)),
             "encoder_spatial_padding_mode": c.get("encoder_spatial_padding_mode", "zeros"),
             "decoder_spatial_padding_mode": c.get("spatial_padding_mode", "reflect")}
@@ -384,10 +389,12 @@ def vae_config(meta: dict, conv_in_width: int) -> dict:
 
 
 def _only(keymap, prefix: str):
-    """``keymap`` ignoring every key outside ``prefix`` (the file's other components)."""
+    """``keymap`` ignoring every key outside ``prefix`` (the file's other components) and upstream's statistics
+    buffers that diffusers' converter drops (``per_channel_statistics.channel`` / ``mean-of-stds``)."""
     from vidax.checkpoint.keymap import KeyMap
 
-    return KeyMap(keymap.rules, ignore=list(keymap.ignore) + [f"(?!{re.escape(prefix)})"])
+    stats = re.escape(prefix) + r"per_channel_statistics\.(channel|mean-of-stds)\Z"
+    return KeyMap(keymap.rules, ignore=list(keymap.ignore) + [f"(?!{re.escape(prefix)})", stats])
 
 
 def _shape(reader, key: str, where) -> tuple[int, ...]:
