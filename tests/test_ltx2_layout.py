@@ -346,3 +346,33 @@ def test_release_errors_name_the_fix(release_folder, tmp_path):
               bad / "ltx-2.5-22b-dev.safetensors", metadata={**upstream_metadata(), "config": json.dumps(config)})
     with pytest.raises(ValueError, match=re.escape("vae.encoder_blocks[1] is 'attn'")):
         resolve_checkpoint(bad).load("vae")
+
+
+@pytest.mark.parametrize("source", ["diffusers", "release"])
+def test_convert_gives_bit_identical_parameters(source, diffusers_folder, release_folder, diffusers_params, tmp_path):
+    """vidax convert of either layout loads the parameters the source loads (float32; bf16 transformer)."""
+    from vidax.checkpoint.inspect import MISMATCH
+    from vidax.models.ltx2.convert import convert_checkpoint
+    from vidax.models.ltx2.inspection import inspect_checkpoint
+
+    src = diffusers_folder if source == "diffusers" else release_folder
+    report = inspect_checkpoint(src)
+    assert not any(MISMATCH in line for line in report) and sum("filled exactly once" in r for r in report) == 6
+    dst = tmp_path / "converted"
+    summary = convert_checkpoint(src, dst, dtype="float32", vae_dtype="float32")
+    assert summary["source_layout"] == source and set(summary["bytes"]) == set(COMPONENTS)
+    ckpt = resolve_checkpoint(dst)
+    assert ckpt.layout == "vidax" and ckpt.has_audio and ckpt.scheduler_config == resolve_checkpoint(
+        src).scheduler_config
+    for name in COMPONENTS:
+        params, cfg = ckpt.load(name, parts=None) if name in ("vae", "audio_vae") else ckpt.load(name)
+        assert cfg == diffusers_params[name][1], name
+        _same(params, diffusers_params[name][0])
+    assert ckpt.tokenizer()(["a red fox"], 4)[0].tolist() == [[2, 4, 5, 6]]
+    if source == "diffusers":
+        bf16 = tmp_path / "bf16"
+        convert_checkpoint(src, bf16, dtype="bfloat16")
+        _same(resolve_checkpoint(bf16).load("transformer", dtype="bfloat16")[0],
+              resolve_checkpoint(src).load("transformer", dtype="bfloat16")[0])
+        with pytest.raises(FileExistsError):
+            convert_checkpoint(src, bf16)
