@@ -27,8 +27,10 @@ import numpy as np
 from vidax.checkpoint.demo import DEMO_MARKER, DIFFUSERS_VERSION, TRANSFORMERS_VERSION, demo_marker_text
 from vidax.checkpoint.writer import save_component, to_state_dict, write_json
 
-#: ``vidax demo ltx-2.5``'s generation settings (the family's check accepts them: multiples of 32, 8k+1 frames).
-DEMO_SETTINGS = dict(height=64, width=64, num_frames=9, num_inference_steps=4, guidance_scale=3.0, dtype="float32")
+#: ``vidax demo ltx-2.5``'s generation settings (the family's check accepts them: multiples of 32, 8k+1 frames;
+#: spatio-temporal guidance on the tiny transformer's last block, the release's default being block 28).
+DEMO_SETTINGS = dict(height=64, width=64, num_frames=9, num_inference_steps=4, guidance_scale=3.0, dtype="float32",
+                     spatio_temporal_guidance_blocks=(1,))
 
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")  # Gemma's ids: pad 0, eos 1, bos 2
 WORDS = ("a majestic red panda climbing bamboo tree in the snow 4k cat dog runs on beach at sunset , . robot "

@@ -69,13 +69,27 @@ def _check(folder: Path, task: str, call: dict) -> None:
 
 
 def _resolve(folder: Path, task: str, preset, given: dict, call: dict) -> dict:
-    """A distilled checkpoint's 8 steps and guidance 1 unless the flags set them."""
+    """The checkpoint's sampler: a distilled folder samples upstream's distilled way (``distilled=True``: 8 fixed
+    steps, guidance 1 unless the flags set them, then checked by the pipeline); the VAE's own decoder is the default
+    (``decoder`` passed only for the diffusion decoder).
+
+    Raises:
+      ValueError: a preset of the other kind of model than the folder (dev vs distilled).
+    """
     from vidax.models.ltx2.presets import DISTILLED_GUIDANCE_SCALE, DISTILLED_STEPS
 
-    if preset is None and _checkpoint(folder).is_distilled:
+    distilled = _checkpoint(folder).is_distilled
+    if preset is not None and preset.distilled != distilled:
+        raise ValueError(f"--preset {preset.name} is for the {'distilled' if preset.distilled else 'dev'} model and "
+                         f"{folder} is the {'distilled' if distilled else 'dev'} one; choose a "
+                         f"{'distilled' if distilled else 'dev'} preset")
+    if distilled:
+        call["distilled"] = True
         for key, value in (("num_inference_steps", DISTILLED_STEPS), ("guidance_scale", DISTILLED_GUIDANCE_SCALE)):
             if key not in given:
                 call[key] = value
+    if call.get("decoder") == "conv":
+        del call["decoder"]
     return call
 
 
