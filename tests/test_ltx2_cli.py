@@ -149,3 +149,15 @@ def test_the_call_gets_the_family_settings(folder, tmp_path, monkeypatch):
     assert seen["return_audio"] is False and seen["frame_rate"] == 24.0 and "distilled" not in seen
     assert (seen["num_inference_steps"], seen["guidance_scale"], seen["height"]) == (30, 3.0, 64)
     assert "decoder" not in seen and DEMO_SETTINGS["num_frames"] == 9
+
+
+def test_a_folder_without_tokenizer_is_refused_before_loading(folder, tmp_path, capsys, no_loading):
+    import shutil
+
+    broken = tmp_path / "ltx2"
+    shutil.copytree(folder, broken)
+    (broken / "tokenizer" / "tokenizer.json").unlink()
+    assert main(["generate", "--checkpoint", str(broken), "--prompt", "a", "--height", "64", "--width", "64",
+                 "--num-frames", "9", "--out", str(tmp_path / "x.mp4")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and re.search(r"^vidax: error: .*tokenizer: the Gemma tokenizer is missing", lines[0]), lines

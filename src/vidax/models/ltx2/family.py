@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vidax.checkpoint.errors import CheckpointError
 from vidax.models.ltx2.presets import DEFAULT_FRAME_RATE, DEFAULT_GUIDANCE_SCALE, DEFAULT_STEPS, PRESETS
 from vidax.models.registry import Demo, Family, Plan, Setting
 
@@ -60,7 +61,9 @@ def _check(folder: Path, task: str, call: dict) -> None:
     if task == "i2v" and call["num_frames"] == 1:
         raise ValueError("image-to-video needs more than one frame (--num-frames 9 or more)")
     ckpt = _checkpoint(folder)
-    ckpt.tokenizer()  # present (raises naming the folder)
+    if not (ckpt.folders["tokenizer"] / "tokenizer.json").is_file():
+        raise CheckpointError(f"{ckpt.folders['tokenizer']}: the Gemma tokenizer is missing (no tokenizer.json); copy "
+                              "the text encoder's tokenizer files into it")
     if call.get("decoder", "conv") == "diffusion" and not ckpt.has_diffusion_decoder:
         raise ValueError(f"--decoder diffusion: {folder} has no diffusion_decoder/ folder (diffusers' converter writes "
                          "it with --diffusion_vae); leave --decoder out to decode with the VAE's own decoder")
