@@ -133,11 +133,17 @@ def _architecture(preset: Any, folder: Path | None):
     return folder_architecture(folder) if folder is not None else preset_architecture(preset)
 
 
-def _plan(architecture, **kw):
-    """The registry's planner call (:func:`vidax.models.ltx2.planner.plan_ltx2`)."""
+def _plan(architecture, *, guided: bool = True, model: str | None = None, call: dict | None = None, **kw):
+    """The registry's planner call (:func:`vidax.models.ltx2.planner.plan_ltx2`); ``guided`` is ``guidance_scale
+    != 1`` (the distilled model's 1: one row per prompt), the frame rate the call's."""
     from vidax.models.ltx2.planner import plan_ltx2
 
-    return plan_ltx2(architecture, **kw)
+    if call:
+        if call.get("guidance_scale") is not None:
+            guided = call["guidance_scale"] != 1.0
+        if call.get("frame_rate") is not None:
+            kw["frame_rate"] = call["frame_rate"]
+    return plan_ltx2(architecture, guided=guided, model_name=model, **kw)
 
 
 FAMILY = Family(
