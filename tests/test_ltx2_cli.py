@@ -161,3 +161,20 @@ def test_a_folder_without_tokenizer_is_refused_before_loading(folder, tmp_path, 
                  "--num-frames", "9", "--out", str(tmp_path / "x.mp4")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and re.search(r"^vidax: error: .*tokenizer: the Gemma tokenizer is missing", lines[0]), lines
+
+
+def test_write_outputs_muxes_audio_atomically(tmp_path):
+    """The track goes into the mp4 at its rate; a track AAC cannot take leaves neither the video nor the metrics."""
+    from vidax.cli import write_outputs
+    from vidax.video import read_audio
+
+    frames = np.full((9, 32, 32, 3), 120, np.uint8)
+    wave = (0.5 * np.sin(np.linspace(0, 200, 2 * 8000))).reshape(2, 8000).astype(np.float32)
+    out, metrics = tmp_path / "a.mp4", tmp_path / "a.json"
+    assert write_outputs(frames, {"x": 1}, out, str(metrics), 24.0, audio=wave, sample_rate=16000)
+    audio, rate, duration = read_audio(out)
+    assert rate == 16000 and audio.shape[0] == 2 and abs(duration - 0.5) < 1e-3 and metrics.is_file()
+    bad, bad_metrics = tmp_path / "b.mp4", tmp_path / "b.json"
+    with pytest.raises(ValueError, match="sample_rate=12345"):
+        write_outputs(frames, {"x": 1}, bad, str(bad_metrics), 24.0, audio=wave, sample_rate=12345)
+    assert not bad.exists() and not bad_metrics.exists()
