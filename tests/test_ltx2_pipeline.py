@@ -102,6 +102,10 @@ def tiny(tmp_path_factory):
     audio_vae = AutoencoderKLLTX2Audio(**AUDIO_VAE).eval()
     _perturb(audio_vae, ("latents_mean", "latents_std"))
     vocoder = LTX2VocoderWithBWE(**VOCODER).eval()
+    with torch.no_grad():  # quieter outputs: few samples at the clamp, so the waveform comparison sees the values
+        for name, p in vocoder.state_dict().items():
+            if name.endswith("conv_out.weight"):
+                p.mul_(0.1)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER)
     parts = dict(scheduler=scheduler, vae=vae, audio_vae=audio_vae, text_encoder=text_encoder, tokenizer=tokenizer,
                  connectors=connectors, transformer=transformer, vocoder=vocoder)
@@ -122,8 +126,9 @@ def _check(out, video, audio):
     err_v = np.abs(frames - video).max()
     assert out.audio.shape == tuple(audio.shape) and out.audio.dtype == np.float32
     err_a = np.abs(out.audio - audio.numpy()).max()
-    print(f"frames max |err| {err_v * 255:.3f}/255, audio max |err| {err_a:.2e} (|audio| max "
-          f"{np.abs(audio.numpy()).max():.3f})")
+    clamped = np.mean(np.abs(audio.numpy()) > 0.999)
+    print(f"frames max |err| {err_v * 255:.3f}/255, audio max |err| {err_a:.2e} (clamped {clamped:.0%}, |audio| max {np.abs(audio.numpy()).max():.3f})")
+    assert clamped < 0.2
     assert err_v <= 2 / 255 + 1e-6, err_v * 255
     assert err_a < 1e-4, err_a
     assert out.fps == FPS and out.sample_rate == VOCODER["output_sampling_rate"]
@@ -140,6 +145,13 @@ def test_dev_t2v_matches_diffusers(tiny):
                        **GUIDANCE, latents=tiny["latents"], audio_latents=tiny["audio_latents"],
                        max_sequence_length=L, progress=False)
     _check(out, video, audio)
+    flt = tiny["ours"](PROMPT, NEGATIVE, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, num_inference_steps=4,
+                       **GUIDANCE, latents=tiny["latents"], audio_latents=tiny["audio_latents"],
+                       max_sequence_length=L, output_type="float", return_audio=False, progress=False)
+    assert flt.audio is None and flt.sample_rate is None and flt.frames.dtype == np.float32
+    err = np.abs(flt.frames - video).max()
+    print(f"float frames max |err| {err:.2e}")
+    assert err < 1e-4, err
     from vidax.video import COMMON_METRICS
     assert all(k in out.metrics for k in COMMON_METRICS) and out.metrics["num_inference_steps"] == 4
 
