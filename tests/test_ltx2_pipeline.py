@@ -127,7 +127,8 @@ def _check(out, video, audio):
     assert out.audio.shape == tuple(audio.shape) and out.audio.dtype == np.float32
     err_a = np.abs(out.audio - audio.numpy()).max()
     clamped = np.mean(np.abs(audio.numpy()) > 0.999)
-    print(f"frames max |err| {err_v * 255:.3f}/255, audio max |err| {err_a:.2e} (clamped {clamped:.0%}, |audio| max {np.abs(audio.numpy()).max():.3f})")
+    print(f"frames max |err| {err_v * 255:.3f}/255, audio max |err| {err_a:.2e} (clamped {clamped:.0%}, "
+          f"|audio| max {np.abs(audio.numpy()).max():.3f})")
     assert clamped < 0.2
     assert err_v <= 2 / 255 + 1e-6, err_v * 255
     assert err_a < 1e-4, err_a
@@ -195,7 +196,11 @@ def _upstream_ancestral(sample, denoised, sigma, sigma_next, noise, eta=1.0, s_n
     return (alpha_next / alpha_down) * x_next + noise * s_noise * renoise_coeff
 
 
-def test_distilled_matches_upstream_sampler(tiny):
+@pytest.mark.parametrize("conditioned", [False, True], ids=["t2v", "first_frame"])
+def test_distilled_matches_upstream_sampler(tiny, conditioned):
+    """With ``conditioned`` the first latent frame of the explicit latents is the condition (``image`` given with
+    ``latents``: not encoded, as the image-to-video reference): upstream's denoise mask is 0 on its tokens (per-token
+    timesteps ``sigma * mask``, ``post_process_latent`` after the prediction and after each step)."""
     ref, parts = tiny["ref"], tiny["parts"]
     sigmas = torch.tensor(sched.DISTILLED_SIGMA_VALUES, dtype=torch.float32)
     rng = np.random.default_rng(5)
@@ -209,14 +214,25 @@ def test_distilled_matches_upstream_sampler(tiny):
                                                      vae.latents_std, vae.config.scaling_factor))
         a = ref._normalize_audio_latents(ref._pack_audio_latents(torch.from_numpy(tiny["audio_latents"])),
                                          avae.latents_mean, avae.latents_std)
+        denoise_mask = torch.ones((1, 8, 1))
+        if conditioned:
+            denoise_mask[:, :4] = 0.0  # the first latent frame's 2 x 2 tokens
+        clean = x.clone()
+
+        def post_process_latent(denoised):  # ltx_pipelines/utils/helpers.py
+            return denoised * denoise_mask + clean * (1 - denoise_mask)
+
         for i in range(len(sigmas) - 1):
             t = (sigmas[i] * 1000).expand(1)
             v, av = tr(hidden_states=x, audio_hidden_states=a, encoder_hidden_states=ctx,
-                       audio_encoder_hidden_states=actx, timestep=t, sigma=t, encoder_attention_mask=cmask,
-                       audio_encoder_attention_mask=cmask, num_frames=2, height=2, width=2, fps=FPS,
-                       audio_num_frames=9, use_cross_timestep=True, return_dict=False)
-            dx, da = x - v * sigmas[i], a - av * sigmas[i]
+                       audio_encoder_hidden_states=actx, timestep=t[:, None] * denoise_mask[..., 0],
+                       audio_timestep=t, sigma=t, encoder_attention_mask=cmask, audio_encoder_attention_mask=cmask,
+                       num_frames=2, height=2, width=2, fps=FPS, audio_num_frames=9, use_cross_timestep=True,
+                       return_dict=False)
+            # X0Model: to_denoised(sample, velocity, per-token sigmas)
+            dx, da = post_process_latent(x - v * (sigmas[i] * denoise_mask)), a - av * sigmas[i]
             x = _upstream_ancestral(x, dx, sigmas[i], sigmas[i + 1], torch.from_numpy(noises[i][0]))
+            x = post_process_latent(x)
             a = _upstream_ancestral(a, da, sigmas[i], sigmas[i + 1], torch.from_numpy(noises[i][1]))
         z = ref._denormalize_latents(ref._unpack_latents(x, 2, 2, 2), vae.latents_mean, vae.latents_std,
                                      vae.config.scaling_factor)
@@ -225,7 +241,8 @@ def test_distilled_matches_upstream_sampler(tiny):
                                                                                    avae.latents_std), 9, 2),
                           return_dict=False)[0]
         audio = parts["vocoder"](mel)
-    out = tiny["ours"](PROMPT, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, distilled=True,
+    image = np.full((H, W, 3), 128, np.uint8) if conditioned else None
+    out = tiny["ours"](PROMPT, image=image, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, distilled=True,
                        latents=tiny["latents"], audio_latents=tiny["audio_latents"], step_noises=noises,
                        max_sequence_length=L, progress=False)
     assert out.metrics["num_inference_steps"] == 8
