@@ -420,7 +420,7 @@ class LTX2Pipeline:
         from vidax.models.ltx2 import vae as lvae
 
         params = self.vae_encoder.get()
-        mean, _ = lvae.encode(params, self.vae_cfg, jnp.asarray(pixels, self.vae_params["latents_mean"].dtype))
+        mean, _ = lvae.encode(params, self.vae_cfg, jnp.asarray(pixels, jnp.float32))
         self.vae_encoder.release()
         m = self.vae_params["latents_mean"].astype(jnp.float32).reshape(1, -1, 1, 1, 1)
         s = self.vae_params["latents_std"].astype(jnp.float32).reshape(1, -1, 1, 1, 1)
