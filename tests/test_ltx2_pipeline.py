@@ -102,6 +102,10 @@ def tiny(tmp_path_factory):
     audio_vae = AutoencoderKLLTX2Audio(**AUDIO_VAE).eval()
     _perturb(audio_vae, ("latents_mean", "latents_std"))
     vocoder = LTX2VocoderWithBWE(**VOCODER).eval()
+    with torch.no_grad():  # quieter outputs: few samples at the clamp, so the waveform comparison sees the values
+        for name, p in vocoder.state_dict().items():
+            if name.endswith("conv_out.weight"):
+                p.mul_(0.1)
     scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER)
     parts = dict(scheduler=scheduler, vae=vae, audio_vae=audio_vae, text_encoder=text_encoder, tokenizer=tokenizer,
                  connectors=connectors, transformer=transformer, vocoder=vocoder)
@@ -122,8 +126,10 @@ def _check(out, video, audio):
     err_v = np.abs(frames - video).max()
     assert out.audio.shape == tuple(audio.shape) and out.audio.dtype == np.float32
     err_a = np.abs(out.audio - audio.numpy()).max()
-    print(f"frames max |err| {err_v * 255:.3f}/255, audio max |err| {err_a:.2e} (|audio| max "
-          f"{np.abs(audio.numpy()).max():.3f})")
+    clamped = np.mean(np.abs(audio.numpy()) > 0.999)
+    print(f"frames max |err| {err_v * 255:.3f}/255, audio max |err| {err_a:.2e} (clamped {clamped:.0%}, "
+          f"|audio| max {np.abs(audio.numpy()).max():.3f})")
+    assert clamped < 0.2
     assert err_v <= 2 / 255 + 1e-6, err_v * 255
     assert err_a < 1e-4, err_a
     assert out.fps == FPS and out.sample_rate == VOCODER["output_sampling_rate"]
@@ -140,13 +146,22 @@ def test_dev_t2v_matches_diffusers(tiny):
                        **GUIDANCE, latents=tiny["latents"], audio_latents=tiny["audio_latents"],
                        max_sequence_length=L, progress=False)
     _check(out, video, audio)
+    flt = tiny["ours"](PROMPT, NEGATIVE, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, num_inference_steps=4,
+                       **GUIDANCE, latents=tiny["latents"], audio_latents=tiny["audio_latents"],
+                       max_sequence_length=L, output_type="float", return_audio=False, progress=False)
+    assert flt.audio is None and flt.sample_rate is None and flt.frames.dtype == np.float32
+    err = np.abs(flt.frames - video).max()
+    print(f"float frames max |err| {err:.2e}")
+    assert err < 1e-4, err
     from vidax.video import COMMON_METRICS
     assert all(k in out.metrics for k in COMMON_METRICS) and out.metrics["num_inference_steps"] == 4
 
 
 def test_dev_i2v_matches_diffusers(tiny):
-    grid = np.linspace(0, 1, H)[:, None] * np.linspace(1, 0, W)[None]
-    image = Image.fromarray((np.stack([grid, grid.T, 0.5 * (grid + grid.T)], -1) * 255).astype(np.uint8))
+    # 80 x 96: resized (bilinear) to 64 x 64 after the H.264 re-compression at the LTX-2.5 default CRF 18
+    yy, xx = np.meshgrid(np.linspace(0, 1, 80), np.linspace(0, 1, 96), indexing="ij")
+    rgb = np.stack([yy * (1 - xx), xx, 0.5 + 0.5 * np.sin(6 * yy + 4 * xx) * yy], -1)
+    image = Image.fromarray((rgb * 255).astype(np.uint8))
     ref = LTX2ImageToVideoPipeline(**tiny["parts"])
     ref.set_progress_bar_config(disable=True)
     gen = torch.Generator().manual_seed(3)
@@ -183,7 +198,11 @@ def _upstream_ancestral(sample, denoised, sigma, sigma_next, noise, eta=1.0, s_n
     return (alpha_next / alpha_down) * x_next + noise * s_noise * renoise_coeff
 
 
-def test_distilled_matches_upstream_sampler(tiny):
+@pytest.mark.parametrize("conditioned", [False, True], ids=["t2v", "first_frame"])
+def test_distilled_matches_upstream_sampler(tiny, conditioned):
+    """With ``conditioned`` the first latent frame of the explicit latents is the condition (``image`` given with
+    ``latents``: not encoded, as the image-to-video reference): upstream's denoise mask is 0 on its tokens (per-token
+    timesteps ``sigma * mask``, ``post_process_latent`` after the prediction and after each step)."""
     ref, parts = tiny["ref"], tiny["parts"]
     sigmas = torch.tensor(sched.DISTILLED_SIGMA_VALUES, dtype=torch.float32)
     rng = np.random.default_rng(5)
@@ -197,14 +216,25 @@ def test_distilled_matches_upstream_sampler(tiny):
                                                      vae.latents_std, vae.config.scaling_factor))
         a = ref._normalize_audio_latents(ref._pack_audio_latents(torch.from_numpy(tiny["audio_latents"])),
                                          avae.latents_mean, avae.latents_std)
+        denoise_mask = torch.ones((1, 8, 1))
+        if conditioned:
+            denoise_mask[:, :4] = 0.0  # the first latent frame's 2 x 2 tokens
+        clean = x.clone()
+
+        def post_process_latent(denoised):  # ltx_pipelines/utils/helpers.py
+            return denoised * denoise_mask + clean * (1 - denoise_mask)
+
         for i in range(len(sigmas) - 1):
             t = (sigmas[i] * 1000).expand(1)
             v, av = tr(hidden_states=x, audio_hidden_states=a, encoder_hidden_states=ctx,
-                       audio_encoder_hidden_states=actx, timestep=t, sigma=t, encoder_attention_mask=cmask,
-                       audio_encoder_attention_mask=cmask, num_frames=2, height=2, width=2, fps=FPS,
-                       audio_num_frames=9, use_cross_timestep=True, return_dict=False)
-            dx, da = x - v * sigmas[i], a - av * sigmas[i]
+                       audio_encoder_hidden_states=actx, timestep=t[:, None] * denoise_mask[..., 0],
+                       audio_timestep=t, sigma=t, encoder_attention_mask=cmask, audio_encoder_attention_mask=cmask,
+                       num_frames=2, height=2, width=2, fps=FPS, audio_num_frames=9, use_cross_timestep=True,
+                       return_dict=False)
+            # X0Model: to_denoised(sample, velocity, per-token sigmas)
+            dx, da = post_process_latent(x - v * (sigmas[i] * denoise_mask)), a - av * sigmas[i]
             x = _upstream_ancestral(x, dx, sigmas[i], sigmas[i + 1], torch.from_numpy(noises[i][0]))
+            x = post_process_latent(x)
             a = _upstream_ancestral(a, da, sigmas[i], sigmas[i + 1], torch.from_numpy(noises[i][1]))
         z = ref._denormalize_latents(ref._unpack_latents(x, 2, 2, 2), vae.latents_mean, vae.latents_std,
                                      vae.config.scaling_factor)
@@ -213,7 +243,8 @@ def test_distilled_matches_upstream_sampler(tiny):
                                                                                    avae.latents_std), 9, 2),
                           return_dict=False)[0]
         audio = parts["vocoder"](mel)
-    out = tiny["ours"](PROMPT, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, distilled=True,
+    image = np.full((H, W, 3), 128, np.uint8) if conditioned else None
+    out = tiny["ours"](PROMPT, image=image, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, distilled=True,
                        latents=tiny["latents"], audio_latents=tiny["audio_latents"], step_noises=noises,
                        max_sequence_length=L, progress=False)
     assert out.metrics["num_inference_steps"] == 8

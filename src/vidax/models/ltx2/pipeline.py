@@ -420,7 +420,7 @@ class LTX2Pipeline:
         from vidax.models.ltx2 import vae as lvae
 
         params = self.vae_encoder.get()
-        mean, _ = lvae.encode(params, self.vae_cfg, jnp.asarray(pixels, self.vae_params["latents_mean"].dtype))
+        mean, _ = lvae.encode(params, self.vae_cfg, jnp.asarray(pixels, jnp.float32))
         self.vae_encoder.release()
         m = self.vae_params["latents_mean"].astype(jnp.float32).reshape(1, -1, 1, 1, 1)
         s = self.vae_params["latents_std"].astype(jnp.float32).reshape(1, -1, 1, 1, 1)
@@ -453,7 +453,8 @@ class LTX2Pipeline:
                  step_noises: Any = None, distilled: bool | None = None, image_crf: int | None = None,
                  decode_timestep: float = 0.0, decode_noise_scale: float | None = None,
                  use_cross_timestep: bool = True, max_sequence_length: int = 1024, return_audio: bool = True,
-                 output_type: str = "uint8", progress: bool | Progress | None = None) -> VideoOutput:
+                 vae_tiling: Any = None, output_type: str = "uint8",
+                 progress: bool | Progress | None = None) -> VideoOutput:
         """Generate a video and its audio track.
 
         Args:
@@ -483,6 +484,8 @@ class LTX2Pipeline:
           decode_timestep, decode_noise_scale: the timestep-conditioned VAE decode's (the reference's defaults).
           use_cross_timestep: LTX-2.3 / 2.5 cross-modal AdaLN timesteps. max_sequence_length: prompt tokens.
           return_audio: False skips the audio VAE and the vocoder (``audio`` / ``sample_rate`` None).
+          vae_tiling: None (one decoder call, as the reference without ``enable_tiling``) or a
+            :class:`vidax.core.ltx_tiling.LTXVideoTiling` (the reference's tiled / framewise decode).
           output_type: ``"uint8"`` or ``"float"`` (``[0, 1]``).
 
         Returns:
@@ -576,6 +579,10 @@ class LTX2Pipeline:
             flags = np.zeros((tcfg.num_layers,), bool)
             flags[blocks] = True
             stg_flags = (jnp.asarray(flags), jnp.zeros((1,), jnp.float32))
+        if vae_tiling is not None:
+            from vidax.core.ltx_tiling import LTXVideoTiling
+            if not isinstance(vae_tiling, LTXVideoTiling):
+                raise ValueError(f"vae_tiling must be None or an LTXVideoTiling, got {type(vae_tiling).__name__}")
         if image_crf is not None and (not is_integer(image_crf) or not 0 <= image_crf <= 51):
             raise ValueError(f"image_crf must be an integer in 0..51, got {image_crf!r}")
         pixels = None
@@ -699,7 +706,7 @@ class LTX2Pipeline:
                 if vcfg.timestep_conditioning else None
             zd, dt = lvae.prepare_decode_latents(self.vae_params, vcfg, z, decode_timestep, decode_noise_scale, dnoise)
             with self._precision():
-                video = lvae.decode(self.vae_params, vcfg, zd, dt)
+                video = lvae.decode(self.vae_params, vcfg, zd, dt, tiling=vae_tiling)
             video = np.asarray(jnp.clip(video.astype(jnp.float32) / 2 + 0.5, 0.0, 1.0))
         metrics["vae_decode_s"] = time.perf_counter() - t0
         check_finite_video(video)
