@@ -376,3 +376,43 @@ def test_convert_gives_bit_identical_parameters(source, diffusers_folder, releas
               resolve_checkpoint(src).load("transformer", dtype="bfloat16")[0])
         with pytest.raises(FileExistsError):
             convert_checkpoint(src, bf16)
+
+
+def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path, monkeypatch):
+    """A release diffusion VAE file beside the model file, and a diffusers diffusion_decoder/ folder, are found,
+    loaded by the diffusion decoder module's matching loader, and carried through vidax convert."""
+    import sys
+    import types
+
+    from vidax.models.ltx2.convert import convert_checkpoint
+
+    calls = []
+    fake = types.ModuleType("vidax.models.ltx2.diffusion_decoder")
+    fake.load_diffusion_decoder = lambda where, dtype, **kw: calls.append(("diffusers", where.name)) or ({}, "cfg")
+    fake.load_release_diffusion_decoder = lambda path, dtype, **kw: calls.append(("release", path.name)) or ({}, "c")
+    monkeypatch.setitem(sys.modules, "vidax.models.ltx2.diffusion_decoder", fake)
+
+    rel = tmp_path / "release"
+    shutil.copytree(release_folder, rel)
+    assert not resolve_checkpoint(rel).has_diffusion_decoder
+    with pytest.raises(CheckpointError, match="no diffusion decoder"):
+        resolve_checkpoint(rel).load("diffusion_decoder")
+    vae = {"_class_name": "CausalDiffusionVAE", "decoder": {"stage_channels": [16, 8]}}
+    save_file({"decoder.x": np.zeros(2, np.float32)}, rel / "ltx-2.5-diffusion-vae.safetensors",
+              metadata={"config": json.dumps({"vae": vae})})
+    ckpt = resolve_checkpoint(rel)
+    assert ckpt.has_diffusion_decoder and ckpt.layout == "release"
+    ckpt.load("diffusion_decoder")
+    converted = tmp_path / "converted"
+    convert_checkpoint(rel, converted, dtype="float32")
+    assert resolve_checkpoint(converted).has_diffusion_decoder
+    resolve_checkpoint(converted).load("diffusion_decoder")
+
+    dif = tmp_path / "diffusers"
+    shutil.copytree(diffusers_folder, dif)
+    (dif / "diffusion_decoder").mkdir()
+    (dif / "diffusion_decoder" / "config.json").write_text("{}")
+    assert resolve_checkpoint(dif).has_diffusion_decoder
+    resolve_checkpoint(dif).load("diffusion_decoder")
+    assert calls == [("release", "ltx-2.5-diffusion-vae.safetensors"), ("release", "ltx-2.5-diffusion-vae.safetensors"),
+                     ("diffusers", "diffusion_decoder")]

@@ -7,7 +7,8 @@ folder, into the vidax layout::
                          a release file's is its metadata translated)
     tokenizer/           the tokenizer files, copied
     scheduler/           scheduler_config.json
-    diffusion_decoder/   (when present) copied as it is (read by ``vidax.models.ltx2.diffusion_decoder``)
+    diffusion_decoder/   (when present) copied as it is: a diffusers folder, or the release diffusion VAE file
+                         (read by ``vidax.models.ltx2.diffusion_decoder``)
 
 Everything is checked before anything is written; the output is assembled under a temporary name and renamed into
 place when complete. The parameters are bit-identical to what the source loads at the same dtypes.
@@ -91,7 +92,12 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, dtype:
         (tmp / "scheduler").mkdir()
         write_json(tmp / "scheduler" / "scheduler_config.json", ckpt.scheduler_config)
         if ckpt.has_diffusion_decoder:
-            shutil.copytree(ckpt.folders["diffusion_decoder"], tmp / "diffusion_decoder")
+            where = ckpt.folders["diffusion_decoder"]
+            if where.is_file():  # a release diffusion VAE file: kept as it is, with its metadata
+                (tmp / "diffusion_decoder").mkdir()
+                shutil.copy2(where, tmp / "diffusion_decoder" / where.name)
+            else:
+                shutil.copytree(where, tmp / "diffusion_decoder")
         summary = {
             "format": "vidax", "version": 1, "family": FAMILY, "pipeline_class": ckpt.pipeline_class,
             "source": str(Path(src).resolve()), "source_layout": ckpt.layout,

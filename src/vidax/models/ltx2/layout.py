@@ -139,7 +139,9 @@ class LTX2Checkpoint:
 
     @property
     def has_diffusion_decoder(self) -> bool:
-        """A ``diffusion_decoder/`` folder is present (LTX-2.5's diffusion VAE decoder)."""
+        """LTX-2.5's diffusion VAE decoder is present: a ``diffusion_decoder/`` folder (diffusers' converter's
+        ``--diffusion_vae``, or a converted folder's copy of the release file), or beside a release file Lightricks'
+        diffusion VAE file (``config["vae"]["_class_name"]`` other than ``CausalVideoAutoencoder``)."""
         return "diffusion_decoder" in self.folders
 
     @property
@@ -222,12 +224,17 @@ class LTX2Checkpoint:
         from vidax.checkpoint.loader import load_params
 
         if name == "diffusion_decoder":
-            from vidax.models.ltx2.diffusion_decoder import load_diffusion_decoder
+            from vidax.models.ltx2 import diffusion_decoder
 
             if not self.has_diffusion_decoder:
                 raise CheckpointError(f"{self.folder}: this checkpoint has no diffusion decoder (no "
-                                      "diffusion_decoder/ folder; diffusers' converter writes it with --diffusion_vae)")
-            return load_diffusion_decoder(self.folders["diffusion_decoder"], dtype, **kw)
+                                      "diffusion_decoder/ folder, as diffusers' converter writes it with "
+                                      "--diffusion_vae, and no release diffusion VAE file beside the model)")
+            where = self.folders["diffusion_decoder"]
+            release_file = diffusion_decoder_file(where)
+            if release_file is not None:  # Lightricks' diffusion VAE file (its config metadata)
+                return diffusion_decoder.load_release_diffusion_decoder(release_file, dtype, **kw)
+            return diffusion_decoder.load_diffusion_decoder(where, dtype, **kw)
         src = self.source(name)
         if name in ("vae", "audio_vae"):
             kw.setdefault("parts", ("decoder", "latents_mean", "latents_std"))
@@ -235,6 +242,17 @@ class LTX2Checkpoint:
             dtype = np.float32
         params = load_params(src.reader, src.keymap, src.specs, dtype, source=src.source, **kw)
         return params, src.cfg
+
+
+def diffusion_decoder_file(where: Path) -> Path | None:
+    """The release diffusion VAE file of a ``diffusion_decoder`` location (the file itself, or a folder without
+    ``config.json`` holding one ``*.safetensors``: a converted folder's copy), else None (a diffusers folder)."""
+    if where.is_file():
+        return where
+    if (where / "config.json").is_file():
+        return None
+    files = sorted(where.glob("*.safetensors"))
+    return files[0] if len(files) == 1 else None
 
 
 def component_spec(name: str, config: dict) -> tuple[Any, Any, Any]:

@@ -101,6 +101,30 @@ def release_files(folder: Path) -> list[tuple[Path, dict]]:
     return found
 
 
+def diffusion_vae_files(folder: Path) -> list[Path]:
+    """Lightricks' diffusion VAE files in the folder: top-level ``*.safetensors`` whose metadata ``config`` has a
+    ``vae`` of a class other than ``CausalVideoAutoencoder`` (upstream ``is_diffusion_video_vae``) and no
+    ``transformer`` (the first 256 files looked at)."""
+    import json
+
+    from vidax.checkpoint.safetensors_io import SafetensorsFile
+
+    found = []
+    for path in sorted(Path(folder).glob("*.safetensors"))[:256]:
+        if not path.is_file():
+            continue
+        raw = SafetensorsFile(path).metadata.get("config")
+        try:
+            config = json.loads(raw) if raw is not None else None
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(config, dict) or "transformer" in config or not isinstance(config.get("vae"), dict):
+            continue
+        if config["vae"].get("_class_name", "CausalVideoAutoencoder") != "CausalVideoAutoencoder":
+            found.append(path)
+    return found
+
+
 def find_release_file(folder: Path) -> tuple[Path, dict] | None:
     """The folder's one release file and its metadata, or None when it has none.
 
@@ -159,6 +183,12 @@ def resolve_release(folder: Path):
                               f"{folder / 'tokenizer'}); copy the text encoder's tokenizer files into it")
     scheduler = dict(DISTILLED_SCHEDULER if "distilled" in path.name.lower() else DEV_SCHEDULER)
     folders = {"text_encoder": gemma, "tokenizer": tokenizer}
+    decoders = diffusion_vae_files(folder)
+    if len(decoders) > 1:
+        raise CheckpointError(f"{folder}: holds {len(decoders)} diffusion VAE files "
+                              f"({', '.join(p.name for p in decoders)}); keep one per folder")
+    if decoders:
+        folders["diffusion_decoder"] = decoders[0]
     return LTX2Checkpoint(folder, RELEASE, "LTX2Pipeline", folders, scheduler, weights=path, metadata=meta,
                           version=version)
 
@@ -349,7 +379,8 @@ def vae_config(meta: dict, conv_in_width: int) -> dict:
     c = meta.get("config", {}).get("vae", {})
     if c.get("_class_name", "CausalVideoAutoencoder") != "CausalVideoAutoencoder":
         raise ValueError(f"release metadata: vae._class_name {excerpt(c.get('_class_name'))} is not the convolutional "
-                         "CausalVideoAutoencoder (the diffusion decoder loads from a diffusers diffusion_decoder/)")
+                         "CausalVideoAutoencoder (a diffusion VAE file is the diffusion decoder: put it beside the "
+                         "model file)")
     for key, want in (("norm_layer", "pixel_norm"), ("latent_log_var", "uniform"), ("dims", 3)):
         _expect(c, key, want, "vae")
     enc_layers, downs = _alternating(_blocks(c.get("encoder_blocks"), "encoder_blocks"), _DOWN, "encoder_blocks")
