@@ -34,7 +34,7 @@ SAMPLE = {
     "--coordinator-address": "localhost:1234", "--num-processes": "1", "--process-id": "0", "--out": "OUT",
     "--metrics-json": "METRICS", "--mkdir": None, "--no-progress": None, "--quiet": None, "--compile-cache": "CACHE",
     "--no-compile-cache": None, "--true-cfg-scale": "2", "--variant": "VARIANT", "--video": "VIDEO",
-    "--conditional-frames": "1",
+    "--conditional-frames": "1", "--audio": None, "--no-audio": None, "--decoder": "conv",
 }
 #: A variant each family's demo folder takes (``--variant``; a family without one refuses the flag by name).
 VARIANT = {"hunyuanvideo-1.5": "480p_t2v", "cosmos-predict2.5": "post-trained"}

@@ -230,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="where demo checkpoints are kept (default checkpoints)")
     d.add_argument("--out-dir", default="outputs", help="where the video and metrics go (default outputs)")
     d.add_argument("--seed", type=arg_types.seed, default=0)
+    d.add_argument("--no-audio", action="store_true",
+                   help="video only: no audio track (the demos that generate sound: "
+                        + ", ".join(n for n, (f, _) in registry.demos().items() if f.setting("return_audio")) + ")")
     _add_output_flags(d, None)
 
     sub.add_parser("presets", help="every preset with its settings, as a table")
@@ -354,11 +357,22 @@ def generate(args) -> int:
     fps = args.fps or (preset.fps if preset is not None and preset.fps else None) or result.fps
     m = dict(result.metrics, total_s=time.perf_counter() - t0, family=fam.name, task=task, preset=args.preset,
              seed=args.seed, dtype=dtype, steps=result.metrics["num_inference_steps"], fps=fps, out=str(out))
-    if not write_outputs(result.frames[0], m, out, args.metrics_json, fps):
+    audio, rate = _audio_track(result)
+    if audio is not None:
+        m.update(audio_sample_rate=rate, audio_channels=int(audio.shape[0]), audio_samples=int(audio.shape[1]))
+    if not write_outputs(result.frames[0], m, out, args.metrics_json, fps, audio=audio, sample_rate=rate):
         return 0  # not process 0 of a multi-host run: nothing to print or write
     if not args.quiet:
         print(summary_line(m))
     return 0
+
+
+def _audio_track(result) -> tuple[Any, int | None]:
+    """The first sample's audio track and its rate (``VideoOutput.audio`` / ``sample_rate``), or ``(None, None)``."""
+    audio = getattr(result, "audio", None)
+    if audio is None:
+        return None, None
+    return audio[0], int(result.sample_rate)
 
 
 def summary_line(m: dict) -> str:
@@ -388,11 +402,13 @@ def init_distributed(args) -> None:
     jax.distributed.initialize(**kw)
 
 
-def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fps: float) -> bool:
+def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fps: float, audio=None,
+                  sample_rate: int | None = None) -> bool:
     """Write the video (and metrics JSON) on process 0 only; other processes of a multi-host run
     write nothing. Both are written to temporary files and published together (:class:`vidax.core.files.staged`):
-    a failure or a signal leaves neither, and an existing file of either name untouched. Returns whether this
-    process wrote."""
+    a failure or a signal leaves neither, and an existing file of either name untouched. ``audio`` (float
+    ``(channels, samples)`` at ``sample_rate`` Hz; LTX-2's generated track) is muxed into the mp4 as AAC. Returns
+    whether this process wrote."""
     import jax
 
     from vidax.core import signals
@@ -405,7 +421,7 @@ def write_outputs(frames, metrics: dict, out: Path, metrics_json: str | None, fp
     paths = [out] + ([Path(metrics_json)] if metrics_json else [])
     # A signal recorded during the run (even one Python discarded) stops it here, before anything is published.
     with staged(*paths, before_publish=signals.check, after_publish=signals.published) as tmps:
-        encode_video(frames, tmps[0], fps)
+        encode_video(frames, tmps[0], fps, audio=audio, sample_rate=sample_rate)
         if metrics_json:
             tmps[1].write_text(json.dumps(metrics, indent=2))
     return True
@@ -682,6 +698,8 @@ def demo(args) -> int:
     if args.name is None:
         raise ValueError("no demo is registered")
     fam, spec, task = registry.find_demo(args.name)
+    if getattr(args, "no_audio", False) and fam.setting("return_audio") is None:
+        raise ValueError(f"--no-audio: the {spec.name} demo generates no audio; leave it out")
     enable_compile_cache(args)
     ckpt_dir = Path(args.checkpoint_dir).expanduser()
     folder = ckpt_dir / spec.folder(task)
@@ -713,6 +731,8 @@ def demo(args) -> int:
     if spec.note:
         say(f"{spec.name}: {spec.note}")
     settings = dict(spec.settings(task))
+    if getattr(args, "no_audio", False):
+        settings["return_audio"] = False
     dtype = settings.pop("dtype", "float32")
     image = last = None
     if task in ("i2v", "flf2v"):
@@ -735,7 +755,10 @@ def demo(args) -> int:
                   seed=args.seed, progress=progress, **settings)
     m = dict(result.metrics, total_s=time.perf_counter() - t0, family=fam.name, task=task, preset=None, seed=args.seed,
              dtype=dtype, steps=result.metrics["num_inference_steps"], out=str(out), demo=spec.name)
-    write_outputs(result.frames[0], m, out, args.metrics_json, result.fps)
+    audio, rate = _audio_track(result)
+    if audio is not None:
+        m.update(audio_sample_rate=rate, audio_channels=int(audio.shape[0]), audio_samples=int(audio.shape[1]))
+    write_outputs(result.frames[0], m, out, args.metrics_json, result.fps, audio=audio, sample_rate=rate)
     if not args.quiet:
         print(summary_line(m))
     return 0

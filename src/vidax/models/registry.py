@@ -45,6 +45,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "vidax.models.hunyuanvideo15.family",
     "vidax.models.cosmos_predict25.family",
     "vidax.models.cosmos3.family",
+    "vidax.models.ltx2.family",
 )
 
 #: The generation settings every family's pipeline call takes (``pipe(prompt, negative_prompt, **these)``).
