@@ -63,6 +63,9 @@ VOCODER = dict(in_channels=16, hidden_channels=32, upsample_kernel_sizes=[7, 3],
 GUIDANCE = dict(guidance_scale=3.0, stg_scale=1.0, modality_scale=3.0, guidance_rescale=0.7,
                 audio_guidance_scale=7.0, audio_stg_scale=1.0, audio_modality_scale=3.0, audio_guidance_rescale=0.7,
                 spatio_temporal_guidance_blocks=[1])
+# image-to-video: CFG and rescale only (the STG and modality passes are checked with text-to-video; two
+# transformer programs fewer to compile)
+I2V_GUIDANCE = dict(GUIDANCE, stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0)
 
 
 def _tokenizer(folder):
@@ -167,13 +170,13 @@ def test_dev_i2v_matches_diffusers(tiny):
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         video, audio = ref(image=image, prompt=PROMPT, negative_prompt=NEGATIVE, height=H, width=W,
-                           num_frames=FRAMES, frame_rate=FPS, num_inference_steps=4, **GUIDANCE,
+                           num_frames=FRAMES, frame_rate=FPS, num_inference_steps=4, **I2V_GUIDANCE,
                            audio_latents=torch.from_numpy(tiny["audio_latents"]), generator=gen,
                            max_sequence_length=L, output_type="np", return_dict=False)
     # The reference's only draw before the loop that reaches the result: the video noise (randn_tensor, first).
     noise = torch.randn((1, 8, 2, 2, 2), generator=torch.Generator().manual_seed(3)).numpy()
     out = tiny["ours"](PROMPT, NEGATIVE, image=image, height=H, width=W, num_frames=FRAMES, frame_rate=FPS,
-                       num_inference_steps=4, **GUIDANCE, noise=noise, audio_latents=tiny["audio_latents"],
+                       num_inference_steps=4, **I2V_GUIDANCE, noise=noise, audio_latents=tiny["audio_latents"],
                        max_sequence_length=L, progress=False)
     assert out.metrics["vae_encode_s"] > 0
     _check(out, video, audio)
@@ -251,6 +254,46 @@ def test_distilled_matches_upstream_sampler(tiny, conditioned):
     _check(out, video, audio)
 
 
+DIFFUSION_DECODER = dict(  # the release's upsampler strides and patch (x32, x8) at tiny widths; small kernels
+    latent_channels=8, patch_size=4, decoder_head_dim=16, decoder_stage_channels=(64, 32, 32, 32, 16),
+    decoder_stage_depths=(1, 1, 1, 1, 1), decoder_stage_kernels=((1, 1, 1), (1, 1, 1), (3, 3, 3), (3, 3, 3)),
+    decoder_upsample_strides=((1, 2, 2), (2, 1, 1), (2, 2, 2), (2, 2, 2)),
+    decoder_upsample_channel_reductions=(2, 1, 1, 2), decoder_stage5_kernel=(3, 3, 3), decoder_t_emb_dim=32,
+    spatial_compression_ratio=32)
+
+
+def test_diffusion_decoder_matches_diffusers_decode_pipeline(tiny):
+    """decoder="diffusion": the final latents as LTX2Pipeline(output_type="latent") leaves them (denormalised with
+    the VAE's statistics) through LTX2VideoDiffusionDecodePipeline(denormalize=False), its canvas noise replayed."""
+    pytest.importorskip("vidax.models.ltx2.diffusion_decoder")  # lands with the ldec branch
+    from diffusers import LTX2VideoDiffusionDecoderModel
+    from diffusers.pipelines.ltx2.pipeline_ltx2_diffusion_decode import LTX2VideoDiffusionDecodePipeline
+
+    torch.manual_seed(1)
+    dec = LTX2VideoDiffusionDecoderModel(**DIFFUSION_DECODER).eval()
+    folder = tiny["root"] / "model"
+    dec.save_pretrained(folder / "diffusion_decoder")
+    noise = torch.randn((1, 3, FRAMES, H, W), generator=torch.Generator().manual_seed(7))
+    try:
+        out = tiny["ours"](PROMPT, height=H, width=W, num_frames=FRAMES, frame_rate=FPS, distilled=True,
+                           latents=tiny["latents"], audio_latents=tiny["audio_latents"], max_sequence_length=L,
+                           decoder="diffusion", decoder_noise=noise.numpy(), output_type="float",
+                           return_audio=False, progress=False)
+    finally:
+        import shutil
+        shutil.rmtree(folder / "diffusion_decoder")
+    z = tiny["ref"]._denormalize_latents(torch.from_numpy(out.latents), tiny["parts"]["vae"].latents_mean,
+                                         tiny["parts"]["vae"].latents_std, tiny["parts"]["vae"].config.scaling_factor)
+    ref = LTX2VideoDiffusionDecodePipeline(diffusion_decoder=dec, scheduler=None)
+    ref.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        video = ref(z, generator=torch.Generator().manual_seed(7), output_type="np", denormalize=False,
+                    return_dict=False)[0]
+    err = np.abs(out.frames - video).max()
+    print(f"diffusion decoder frames max |err| {err:.2e}")
+    assert out.frames.shape == video.shape and err < 1e-4, err
+
+
 # ----------------------------------------------------------------------------- schedule, errors, loading
 
 
@@ -273,10 +316,12 @@ def test_bad_sizes_raise_before_running(tiny):
                       (dict(height=100), r"height=100 .*use 96 or 128"),
                       (dict(width=16), r"width=16 .*use 32"), (dict(num_frames=0), "num_frames=0"),
                       (dict(latents=np.zeros((1, 8, 3, 2, 2), np.float32)), "latents must have shape"),
-                      (dict(spatio_temporal_guidance_blocks=[28]), "not blocks of this model"),
-                      (dict(distilled=True, guidance_scale=3.0), "without guidance")):
+                      (dict(spatio_temporal_guidance_blocks=[28]), r"\[28\] are not blocks of this model"),
+                      (dict(distilled=True, guidance_scale=3.0), "without guidance"),
+                      (dict(decoder="vae"), "decoder must be"), (dict(decoder="diffusion"), "no diffusion_decoder"),
+                      (dict(last_image=np.zeros((64, 64, 3), np.uint8)), "first frame only")):
         with pytest.raises(ValueError, match=match):
-            pipe(PROMPT, **{**dict(height=H, width=W, num_frames=FRAMES), **kw})
+            pipe(PROMPT, **{**dict(height=H, width=W, num_frames=FRAMES, spatio_temporal_guidance_blocks=[1]), **kw})
 
 
 def test_load_component_names_and_order(tiny):

@@ -32,6 +32,7 @@ import math
 import os
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -261,7 +262,7 @@ class LTX2Pipeline:
                  connectors_cfg, transformer_params: dict, transformer_cfg, vae_params: dict, vae_cfg,
                  vae_encoder: OnDemand, audio_vae_params: dict, audio_vae_cfg, vocoder_params: dict, vocoder_cfg,
                  scheduler_config: dict, dtype: Any = "bfloat16", attention: str = "auto", forward=None,
-                 image_crf: int = LTX2_5_IMAGE_CRF):
+                 image_crf: int = LTX2_5_IMAGE_CRF, vae_dtype: Any = None):
         from vidax.models.ltx2 import transformer as ltx_transformer
 
         self.folder = folder
@@ -280,6 +281,9 @@ class LTX2Pipeline:
         # keyword statics); block_loop.make_forward's mesh / offload variants replace it.
         self._forward = forward if forward is not None else ltx_transformer._forward
         self.image_crf = image_crf
+        self.vae_dtype = jnp.dtype(vae_params["latents_mean"].dtype) if vae_dtype is None else jnp.dtype(vae_dtype)
+        self.diffusion_decoder: OnDemand | None = None  # loaded at the first decoder="diffusion" call
+        self.diffusion_decoder_cfg = None
         self.distilled = False  # the layout / family marks a distilled checkpoint
         self.load_seconds = 0.0
         self.progress: bool | Progress = True
@@ -358,7 +362,7 @@ class LTX2Pipeline:
                    connectors_cfg=ccfg, transformer_params=tparams, transformer_cfg=tcfg, vae_params=vparams,
                    vae_cfg=vcfg, vae_encoder=encoder, audio_vae_params=aparams, audio_vae_cfg=acfg,
                    vocoder_params=voparams, vocoder_cfg=vocfg, scheduler_config=sched_config, dtype=dtype,
-                   attention=attention, image_crf=crf)
+                   attention=attention, image_crf=crf, vae_dtype=vae_dtype)
         pipe.check_components()
         if not keep_text:
             text.release()
@@ -440,6 +444,19 @@ class LTX2Pipeline:
                              attention_impl=self.attention.value, use_cross_timestep=use_cross_timestep,
                              isolate_modalities=isolate)
 
+    def _diffusion_decoder(self) -> tuple[dict, Any]:
+        """The diffusion decoder's ``(params, cfg)``, loaded at first use (in the VAE's dtype; freed after each
+        decode on accelerators, as the text encoder)."""
+        from vidax.models.ltx2 import loading
+
+        if self.diffusion_decoder is None:
+            params, cfg = loading.load_component(self.folder, "diffusion_decoder", self.vae_dtype)
+            self.diffusion_decoder_cfg = cfg
+            self.diffusion_decoder = OnDemand(
+                lambda: loading.load_component(self.folder, "diffusion_decoder", self.vae_dtype)[0], params,
+                keep=self.vae_encoder.keep)
+        return self.diffusion_decoder.get(), self.diffusion_decoder_cfg
+
     # -- call ------------------------------------------------------------
 
     def __call__(self, prompt: str, negative_prompt: str | None = None, *, image: Any = None, last_image: Any = None,
@@ -453,7 +470,7 @@ class LTX2Pipeline:
                  step_noises: Any = None, distilled: bool | None = None, image_crf: int | None = None,
                  decode_timestep: float = 0.0, decode_noise_scale: float | None = None,
                  use_cross_timestep: bool = True, max_sequence_length: int = 1024, return_audio: bool = True,
-                 vae_tiling: Any = None, output_type: str = "uint8",
+                 vae_tiling: Any = None, decoder: str = "conv", decoder_noise: Any = None, output_type: str = "uint8",
                  progress: bool | Progress | None = None) -> VideoOutput:
         """Generate a video and its audio track.
 
@@ -486,6 +503,10 @@ class LTX2Pipeline:
           return_audio: False skips the audio VAE and the vocoder (``audio`` / ``sample_rate`` None).
           vae_tiling: None (one decoder call, as the reference without ``enable_tiling``) or a
             :class:`vidax.core.ltx_tiling.LTXVideoTiling` (the reference's tiled / framewise decode).
+          decoder: ``"conv"`` (the video VAE's decoder) or ``"diffusion"`` (the folder's ``diffusion_decoder``: the
+            reference's ``output_type="latent"`` latents, denormalised with the VAE's statistics, through
+            ``LTX2VideoDiffusionDecodePipeline(denormalize=False)``; :mod:`vidax.models.ltx2.diffusion_decoder`).
+          decoder_noise: the diffusion decoder's canvas noise (its ``noise=``; default drawn from ``seed``).
           output_type: ``"uint8"`` or ``"float"`` (``[0, 1]``).
 
         Returns:
@@ -583,6 +604,13 @@ class LTX2Pipeline:
             from vidax.core.ltx_tiling import LTXVideoTiling
             if not isinstance(vae_tiling, LTXVideoTiling):
                 raise ValueError(f"vae_tiling must be None or an LTXVideoTiling, got {type(vae_tiling).__name__}")
+        if decoder not in ("conv", "diffusion"):
+            raise ValueError(f"decoder must be 'conv' (the VAE's decoder) or 'diffusion', got {decoder!r}")
+        if decoder == "diffusion" and not (Path(self.folder) / "diffusion_decoder" / "config.json").is_file():
+            raise ValueError(f"decoder='diffusion': {self.folder} has no diffusion_decoder/ folder; use the VAE's "
+                             "decoder (decoder='conv')")
+        if decoder_noise is not None and decoder != "diffusion":
+            raise ValueError("decoder_noise is the diffusion decoder's; pass decoder='diffusion' with it")
         if image_crf is not None and (not is_integer(image_crf) or not 0 <= image_crf <= 51):
             raise ValueError(f"image_crf must be an integer in 0..51, got {image_crf!r}")
         pixels = None
@@ -701,11 +729,19 @@ class LTX2Pipeline:
 
         z = unpack_latents(x, f, h, w)
         t0 = time.perf_counter()
-        with progress.stage("VAE decode"):
-            dnoise = jax.random.normal(jax.random.fold_in(key, 2), z.shape, jnp.float32) \
-                if vcfg.timestep_conditioning else None
-            zd, dt = lvae.prepare_decode_latents(self.vae_params, vcfg, z, decode_timestep, decode_noise_scale, dnoise)
-            with self._precision():
+        with progress.stage("VAE decode" if decoder == "conv" else "diffusion decode"), self._precision():
+            if decoder == "diffusion":
+                from vidax.models.ltx2 import diffusion_decoder as ddec
+
+                dparams, dcfg = self._diffusion_decoder()
+                zd = lvae.denormalize_latents(self.vae_params, z, vcfg.scaling_factor)
+                video = ddec.decode(dparams, dcfg, zd, seed=seed, noise=decoder_noise, denormalize=False)
+                self.diffusion_decoder.release()
+            else:
+                dnoise = jax.random.normal(jax.random.fold_in(key, 2), z.shape, jnp.float32) \
+                    if vcfg.timestep_conditioning else None
+                zd, dt = lvae.prepare_decode_latents(self.vae_params, vcfg, z, decode_timestep, decode_noise_scale,
+                                                     dnoise)
                 video = lvae.decode(self.vae_params, vcfg, zd, dt, tiling=vae_tiling)
             video = np.asarray(jnp.clip(video.astype(jnp.float32) / 2 + 0.5, 0.0, 1.0))
         metrics["vae_decode_s"] = time.perf_counter() - t0
