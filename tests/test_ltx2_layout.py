@@ -381,16 +381,15 @@ def test_convert_gives_bit_identical_parameters(source, diffusers_folder, releas
 def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path, monkeypatch):
     """A release diffusion VAE file beside the model file, and a diffusers diffusion_decoder/ folder, are found,
     loaded by the diffusion decoder module's matching loader, and carried through vidax convert."""
-    import sys
-    import types
-
+    from vidax.models.ltx2 import diffusion_decoder
     from vidax.models.ltx2.convert import convert_checkpoint
 
+    # Which loader each location reaches (the loaders themselves: tests/test_ltx2_diffusion_decoder.py).
     calls = []
-    fake = types.ModuleType("vidax.models.ltx2.diffusion_decoder")
-    fake.load_diffusion_decoder = lambda where, dtype, **kw: calls.append(("diffusers", where.name)) or ({}, "cfg")
-    fake.load_release_diffusion_decoder = lambda path, dtype, **kw: calls.append(("release", path.name)) or ({}, "c")
-    monkeypatch.setitem(sys.modules, "vidax.models.ltx2.diffusion_decoder", fake)
+    monkeypatch.setattr(diffusion_decoder, "load_diffusion_decoder",
+                        lambda where, dtype, **kw: calls.append(("diffusers", where.name)) or ({}, "cfg"))
+    monkeypatch.setattr(diffusion_decoder, "load_release_diffusion_decoder",
+                        lambda path, dtype, **kw: calls.append(("release", path.name)) or ({}, "c"))
 
     rel = tmp_path / "release"
     shutil.copytree(release_folder, rel)

@@ -330,7 +330,7 @@ def test_load_component_names_and_order(tiny):
     with pytest.raises(ValueError, match="name must be one of"):
         load_component(tiny["root"] / "model", "unet")
     from vidax.checkpoint.errors import CheckpointError
-    with pytest.raises(CheckpointError, match="no config.json"):
+    with pytest.raises(CheckpointError, match="not an LTX-2 folder"):
         load_component(tiny["root"], "vae")
     for kw in (dict(tp=2), dict(offload_chunk=1)):
         with pytest.raises(ValueError):

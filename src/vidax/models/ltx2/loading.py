@@ -32,74 +32,55 @@ def _folder(folder: str | Path, name: str) -> Path:
 
 
 def load_component(folder: str | Path, name: str, dtype: Any = np.float32, **kw) -> tuple[Any, Any]:
-    """Load one component of a diffusers LTX-2 folder.
+    """Load one component of an LTX-2 checkpoint of any layout (diffusers folder, release single file beside its
+    Gemma folder, vidax-converted folder): :meth:`vidax.models.ltx2.layout.LTX2Checkpoint.load`.
 
     Args:
-      folder: the pipeline folder (``model_index.json`` and the subfolders).
+      folder: the checkpoint folder.
       name: one of :data:`COMPONENTS`.
-      dtype: weight dtype (``float32`` or ``bfloat16``; the loaders keep their float32-pinned leaves: AdaLN tables,
-        embedders, norm scales, latent statistics). The vocoder is always float32.
-      kw: passed to the component's loader: ``parts`` for ``vae`` / ``audio_vae`` (default: the decoder's parts;
-        None: all), ``load_params`` keywords (e.g. ``shardings``) for the text encoder, connectors and transformer.
+      dtype: weight dtype (``float32`` or ``bfloat16``; the loaders keep their float32-pinned leaves). The vocoder is
+        always float32.
+      kw: ``parts`` for ``vae`` / ``audio_vae`` (default: the decoder's parts; None: all), ``load_params`` keywords.
 
     Returns:
       ``(params, cfg)``.
 
     Raises:
-      CheckpointError: a missing folder or ``config.json``, or weights that do not match the configuration.
+      CheckpointError: a missing component, or weights that do not match the configuration.
       ValueError: an unknown ``name``, an unsupported configuration.
     """
+    from vidax.models.ltx2.layout import resolve_checkpoint
+
     if name not in COMPONENTS:
         raise ValueError(f"name must be one of {COMPONENTS}, got {name!r}")
-    sub = _folder(folder, name)
-    dtype = np.dtype(dtype)
-    if name == "text_encoder":
-        from vidax.encoders.gemma import load_gemma
-        return load_gemma(sub, dtype, **kw)
-    if name == "connectors":
-        from vidax.models.ltx2.connectors import load_connectors
-        return load_connectors(sub, dtype, **kw)
-    if name == "transformer":
-        from vidax.models.ltx2.keymap import load_transformer
-        return load_transformer(sub, dtype, **kw)
-    if name == "vae":
-        from vidax.models.ltx2 import vae
-        cfg, params = vae.load_vae(sub, dtype, kw.pop("parts", vae.DECODER_PARTS))
-        return params, cfg
-    if name == "audio_vae":
-        from vidax.models.ltx2 import audio_vae
-        cfg, params = audio_vae.load_audio_vae(sub, dtype, kw.pop("parts", audio_vae.DECODER_PARTS))
-        return params, cfg
-    if name == "vocoder":
-        from vidax.models.ltx2.vocoder import load_vocoder
-        cfg, params = load_vocoder(sub)
-        return params, cfg
-    from vidax.models.ltx2 import diffusion_decoder  # landed by its own branch
-    return diffusion_decoder.load_diffusion_decoder(sub, dtype, **kw)
+    return resolve_checkpoint(folder).load(name, np.dtype(dtype), **kw)
 
 
 def load_tokenizer(folder: str | Path):
-    """The Gemma tokenizer of ``folder/tokenizer`` (:class:`vidax.encoders.gemma_tokenizer.GemmaTokenizer`).
+    """The checkpoint's Gemma tokenizer (:class:`vidax.encoders.gemma_tokenizer.GemmaTokenizer`).
 
     Raises:
-      FileNotFoundError: no ``tokenizer.json``. CheckpointError: an unreadable one.
+      CheckpointError: no ``tokenizer.json``, or an unreadable one.
     """
-    from vidax.encoders.gemma_tokenizer import GemmaTokenizer
+    from vidax.models.ltx2.layout import resolve_checkpoint
 
-    return GemmaTokenizer.from_folder(_folder(folder, "tokenizer"))
+    return resolve_checkpoint(folder).tokenizer()
 
 
 def scheduler_config(folder: str | Path) -> dict:
-    """``scheduler/scheduler_config.json`` as a dict ({} when the folder has none: the scheduler's defaults).
+    """The checkpoint's ``FlowMatchEulerDiscreteScheduler`` config (a release file's: diffusers' converter's).
 
     Raises:
       CheckpointError: a file that is not a JSON object.
     """
-    path = Path(folder) / "scheduler" / "scheduler_config.json"
-    return read_json(path) if path.is_file() else {}
+    from vidax.models.ltx2.layout import resolve_checkpoint
+
+    return dict(resolve_checkpoint(folder).scheduler_config)
 
 
 def text_encoder_model_type(folder: str | Path) -> str | None:
-    """``text_encoder/config.json``'s ``model_type`` (``gemma4_unified`` for LTX-2.5), None when absent."""
-    path = Path(folder) / "text_encoder" / "config.json"
+    """The text encoder's ``config.json`` ``model_type`` (``gemma4_unified`` for LTX-2.5), None when absent."""
+    from vidax.models.ltx2.layout import resolve_checkpoint
+
+    path = resolve_checkpoint(folder).folders.get("text_encoder", Path(folder) / "text_encoder") / "config.json"
     return read_json(path).get("model_type") if path.is_file() else None
