@@ -525,7 +525,7 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
             isolate_modalities: bool = False, spatio_temporal_guidance_blocks: Any = None,
             perturbation_mask: Any = None, video_self_attention_mask: Any = None,
             attention_impl: AttentionImpl | str = AttentionImpl.XLA,
-            precision: str | None = "highest") -> tuple[jax.Array, jax.Array]:
+            precision: str | None = "highest", program: Any = None) -> tuple[jax.Array, jax.Array]:
     """``LTX2VideoTransformer3DModel.forward`` (every input but the a2v / v2a / audio self-attention masks, which
     the reference's forward never passes either).
 
@@ -555,6 +555,8 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
       video_coords, audio_coords: optional explicit RoPE positions, ``(B, 3, S, 2)`` / ``(B, 1, T, 2)`` (or without
         ``B``, shared) ``[start, end)`` bounds as ``prepare_video_coords`` / ``prepare_audio_coords`` give them;
         they take precedence over the grid arguments, as in the reference.
+      program: the device program, called as :func:`_forward` (default :func:`_forward`; a mesh / offload program of
+        :func:`vidax.models.ltx2.block_loop.make_forward`, then ``params`` is its ``.params``).
 
     Returns:
       float32 ``(video (B, F*H*W, out_channels), audio (B, audio_num_frames, audio_out_channels))``.
@@ -648,7 +650,7 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
     ropes = jax.tree_util.tree_map(jnp.asarray, ropes)
     ctx = contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
     with ctx:
-        return _forward(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
+        return (program or _forward)(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
                         jnp.asarray(encoder_hidden_states), jnp.asarray(audio_encoder_hidden_states), t, at, sg, asg,
                         ropes, kf, *masks, stg, self_bias, cfg=cfg, isolate_modalities=bool(isolate_modalities),
                         attention_impl=AttentionImpl(attention_impl).value,
