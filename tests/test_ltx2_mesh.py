@@ -7,7 +7,8 @@ with a zero block), weights written in diffusers' layout and loaded through our 
 where the case says so). 18 video tokens (2 x 3 x 3) and 5 audio frames: sp 2 pads the audio stream, sp 4 both
 streams; tp 2 x sp 4 leaves 2 heads per tensor shard for 4 sequence shards, so every split-token attention
 all-gathers keys and values instead of Ulysses' all_to_all. Case "stg": text masks with padding, STG on block 1 with
-a per-sample perturbation mask, keyframes; case "iso": ``isolate_modalities`` with per-token timesteps. The reference
+a per-sample perturbation mask, keyframes; case "iso": ``isolate_modalities`` with per-token timesteps; case "stg1":
+its first sample alone on dp 2 (the batch padded by repeating the sample). The reference
 of every run is the same transformer on one device (itself at diffusers parity: tests/test_ltx2_transformer.py).
 """
 
@@ -65,6 +66,9 @@ def folder(tmp_path_factory):
 
 
 def _inputs(case):
+    if case == "stg1":  # the first sample alone: a batch dp 2 does not divide (padded by repeating it)
+        kw = _inputs("stg")
+        return {k: (v[:1] if isinstance(v, np.ndarray) and v.shape[:1] == (B,) else v) for k, v in kw.items()}
     rng = np.random.default_rng(2)
     f32 = np.float32
     kw = dict(hidden_states=rng.standard_normal((B, S, 8)).astype(f32),
@@ -88,7 +92,7 @@ def _inputs(case):
 @pytest.fixture(scope="module")
 def reference(folder):
     params, cfg = load_transformer(folder)
-    return {case: forward(params, cfg, **_inputs(case)) for case in ("stg", "iso")}
+    return {case: forward(params, cfg, **_inputs(case)) for case in ("stg", "iso", "stg1")}
 
 
 def _check(out, ref, what):
@@ -100,7 +104,7 @@ def _check(out, ref, what):
 
 # (dp, tp, sp, offload_chunk, cases); the sharded / chunked load path on two of them
 CASES = {"tp2": (1, 2, 1, None, ("stg",)), "sp2": (1, 1, 2, None, ("stg",)),
-         "dp2tp2sp2": (2, 2, 2, None, ("stg", "iso")), "tp2sp4_gather": (1, 2, 4, None, ("iso",)),
+         "dp2tp2sp2": (2, 2, 2, None, ("stg", "iso", "stg1")), "tp2sp4_gather": (1, 2, 4, None, ("iso",)),
          "offload1": (1, 1, 1, 1, ("stg",)), "offload2_padded_dp2tp2sp2": (2, 2, 2, 2, ("iso", "stg"))}
 
 
@@ -132,5 +136,7 @@ def test_plain_program_and_bad_meshes():
         check_parallel(CFG, _mesh(1, 8, 1))
     with pytest.raises(ValueError, match="dp=2 does not divide the transformer batch of 3"):
         check_parallel(CFG, _mesh(2, 1, 1), batch=3)
+    with pytest.raises(ValueError, match="offload_chunk must be an integer between 1 and the 3 blocks"):
+        block_loop.plans_for(CFG, 0)
     with pytest.raises(ValueError, match="offload_chunk must be an integer between 1 and the 3 blocks"):
         block_loop.plans_for(CFG, 4)

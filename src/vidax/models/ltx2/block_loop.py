@@ -12,7 +12,8 @@
   :class:`vidax.models.ltx2.transformer.BlockParallel`). A stream whose token count sp does not divide is
   zero-padded to a multiple of sp; the padded keys are masked (``kv_lengths``) in every attention reading them (video
   self and video->audio for the video stream, audio self and audio->video for the audio stream) and the padded rows
-  dropped at the end, so the valid tokens see exactly the unpadded computation;
+  dropped at the end, so the valid tokens see exactly the unpadded computation. A batch dp does not divide (the STG
+  or modality pass of one row on dp 2) is padded by repeating its last row, the extra rows' outputs dropped;
 * chunks of ``offload_chunk`` blocks in host memory, streamed to the devices by :func:`vidax.core.offload.stream` (the
   next chunk copied while the current one computes; with or without a mesh), or one-block chunks in device memory
   (``block_loop="host"``): a prologue program, one chunk program called once per chunk (its STG flags sliced at a
@@ -65,11 +66,12 @@ def plans_for(cfg: LTX2TransformerConfig, offload_chunk: int | None, block_loop:
 class _Layout:
     """Padded token counts, the block's :class:`BlockParallel` and the ``shard_map`` specs of one call's shapes."""
 
-    def __init__(self, cfg: LTX2TransformerConfig, mesh, rules: ShardingRules, s: int, t: int):
-        self.s, self.t = s, t
+    def __init__(self, cfg: LTX2TransformerConfig, mesh, rules: ShardingRules, s: int, t: int, b: int):
+        self.s, self.t, self.b = s, t, b
         if mesh is None:
-            self.sp, self.sp_pad, self.tp_pad, self.par = 1, s, t, None
+            self.sp, self.sp_pad, self.tp_pad, self.b_pad, self.par = 1, s, t, b, None
             return
+        self.b_pad = padded_length(b, axis_size(mesh, rules.mesh_axes("batch")))
         tp = axis_size(mesh, rules.mesh_axes("heads"))
         sp = axis_size(mesh, rules.mesh_axes("tokens"))
         self.sp, self.sp_pad, self.tp_pad = sp, padded_length(s, sp), padded_length(t, sp)
@@ -91,6 +93,13 @@ class _Layout:
         widths = [(0, 0)] * x.ndim
         widths[axis] = (0, n - x.shape[axis])
         return jnp.pad(x, widths)
+
+    def pad_batch(self, x):
+        """Repeat the last sample of ``x`` (leading batch axis) up to a multiple of dp (a batch dp does not divide:
+        the STG or modality pass of one row on dp 2); the extra rows' outputs are dropped."""
+        if x is None or self.b_pad == self.b:
+            return x
+        return jnp.pad(x, [(0, self.b_pad - self.b)] + [(0, 0)] * (x.ndim - 1), mode="edge")
 
     def specs(self, cfg: LTX2TransformerConfig, state: dict) -> dict:
         """``PartitionSpec`` s of the blocks' inputs (the non-None entries of ``state``)."""
@@ -119,6 +128,13 @@ def _prepare(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sig
     """The prologue with both streams (and everything per token) zero-padded to the layout: the blocks' inputs as a
     dict (None entries dropped)."""
     lay = layout
+    batched_rope = 3 if cfg.rope_type == "interleaved" else 4
+    x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, keyframes, text_bias, audio_text_bias, self_bias = (
+        lay.pad_batch(v) for v in (x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, keyframes, text_bias,
+                                   audio_text_bias, self_bias))
+    ropes = {k: tuple(lay.pad_batch(t) if t.ndim == batched_rope else t for t in v) for k, v in ropes.items()}
+    if stg is not None:
+        stg = (stg[0], lay.pad_batch(stg[1]))
     if timestep.shape[1] != 1:
         timestep = lay.pad(timestep, 1, "video")
     if audio_timestep.shape[1] != 1:
@@ -166,7 +182,7 @@ def _blocks(blocks, state: dict, flags, *, cfg, impl, isolate_modalities, layout
 
 def _finish(params, x, a, cond, layout: _Layout) -> tuple:
     out, aout = T.epilogue(params, x, a, cond)
-    out, aout = out[:, :layout.s], aout[:, :layout.t]
+    out, aout = out[:layout.b, :layout.s], aout[:layout.b, :layout.t]
     if layout.par is not None:
         rep = NamedSharding(layout.mesh, PartitionSpec())
         out, aout = jax.lax.with_sharding_constraint(out, rep), jax.lax.with_sharding_constraint(aout, rep)
@@ -180,7 +196,7 @@ _STATICS = ("cfg", "attention_impl", "use_cross_timestep", "isolate_modalities")
 def _mesh_forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes, text_bias,
                   audio_text_bias, stg, self_bias, *, cfg, attention_impl, use_cross_timestep, isolate_modalities,
                   mesh, rules):
-    layout = _Layout(cfg, mesh, rules, x.shape[1], a.shape[1])
+    layout = _Layout(cfg, mesh, rules, x.shape[1], a.shape[1], x.shape[0])
     state = _prepare(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes,
                      text_bias, audio_text_bias, stg, self_bias, cfg=cfg, use_cross_timestep=use_cross_timestep,
                      layout=layout)
@@ -221,7 +237,6 @@ class LTX2Forward:
     def __call__(self, params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes,
                  text_bias, audio_text_bias, stg, self_bias, *, cfg: LTX2TransformerConfig, attention_impl: str,
                  use_cross_timestep: bool, isolate_modalities: bool):
-        check_parallel(cfg, self.mesh, self.rules, x.shape[0])
         if self.stack is None:
             return _mesh_forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes,
                                  keyframes, text_bias, audio_text_bias, stg, self_bias, cfg=cfg,
@@ -229,7 +244,7 @@ class LTX2Forward:
                                  isolate_modalities=isolate_modalities, mesh=self.mesh, rules=self.rules)
         params = {k: v for k, v in params.items() if k != STACK}
         pro, chunk, epi = self._compiled(cfg, attention_impl, use_cross_timestep, isolate_modalities,
-                                         x.shape[1], a.shape[1])
+                                         x.shape[1], a.shape[1], x.shape[0])
         state, flags, start = pro(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes,
                                   keyframes, text_bias, audio_text_bias, stg, self_bias)
 
@@ -240,11 +255,11 @@ class LTX2Forward:
                            timings=self.timings)
         return epi(params, xo, ao, state["cond"])
 
-    def _compiled(self, cfg, attention_impl, use_cross_timestep, isolate_modalities, s, t):
-        key = (cfg, attention_impl, use_cross_timestep, isolate_modalities, s, t)
+    def _compiled(self, cfg, attention_impl, use_cross_timestep, isolate_modalities, s, t, b):
+        key = (cfg, attention_impl, use_cross_timestep, isolate_modalities, s, t, b)
         if key in self._programs:
             return self._programs[key]
-        layout = _Layout(cfg, self.mesh, self.rules, s, t)
+        layout = _Layout(cfg, self.mesh, self.rules, s, t, b)
         plan = self.stack.plan
         size = plan.chunk
         impl = AttentionImpl(attention_impl)
@@ -303,8 +318,9 @@ def make_forward(params: dict, cfg: LTX2TransformerConfig, *, mesh=None, offload
       else an :class:`LTX2Forward` whose :attr:`LTX2Forward.params` is the tree to call it with.
 
     Raises:
-      ValueError: a mesh the model cannot use (:func:`vidax.models.ltx2.sharding.check_parallel`); a bad
-        ``offload_chunk`` or ``block_loop``.
+      ValueError: a mesh the model cannot use (:func:`vidax.models.ltx2.sharding.check_parallel`: tp must divide the
+        head counts and FFN widths); a bad ``offload_chunk`` or ``block_loop``. Any batch and token counts run (padded
+        to multiples of dp and sp inside the program).
     """
     del attention_impl
     check_parallel(cfg, mesh, rules)
