@@ -1750,10 +1750,17 @@ class LTX2Vidax(WanVidax):
         import jax
         import jax.numpy as jnp
 
+        from vidax.core.config_values import read_json
         from vidax.models.ltx2.block_loop import make_forward
+        from vidax.models.ltx2.config import LTX2TransformerConfig
         from vidax.models.ltx2.keymap import load_transformer
+        from vidax.models.ltx2.sharding import param_shardings
 
-        params, self.cfg = load_transformer(self.folder / "transformer", jnp.dtype(self.dtype))
+        folder = self.folder / "transformer"
+        cfg = LTX2TransformerConfig.from_dict(read_json(folder / "config.json"))
+        # read straight into the placement of the CPU default block loop (one-block chunks), no second copy
+        params, self.cfg = load_transformer(folder, jnp.dtype(self.dtype),
+                                            shardings=param_shardings(cfg, None, None, "auto"))
         self.fwd = make_forward(params, self.cfg, block_loop="auto")
         self.tparams = getattr(self.fwd, "params", params)
         jax.block_until_ready(self.tparams)
