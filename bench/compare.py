@@ -81,6 +81,8 @@ class BenchConfig:
       note: what the configuration stands for, printed in the report.
       findings: what was found about this configuration's figures (e.g. a profile of where vidax is slower),
         appended to the report's notes; written by hand after a run, kept when the section is regenerated.
+      parts: the measurements run: ``fresh`` (end-to-end processes), ``text``, ``sweep`` (the step, fp32 and bf16),
+        ``vae``; a family without a vidax pipeline yet (LTX-2.5, config i) runs the step sweep alone.
     """
 
     name: str
@@ -96,6 +98,7 @@ class BenchConfig:
     note: str = ""
     findings: str = ""
     docs: bool = True  # write docs/ (the smoke configuration does not)
+    parts: tuple[str, ...] = ("fresh", "text", "sweep", "vae")  # what run() measures (a transformer-only family: sweep)
 
 
 # Wan2.1 1.3B transformer width (12 heads x 128 = 1536, ffn 8960, text_dim 4096, freq_dim 256), 2 of its
@@ -177,6 +180,14 @@ _COSMOS3_EDGE_WIDTH = dict(hidden_size=2048, num_attention_heads=16, num_key_val
                            intermediate_size=9216, num_hidden_layers=2, rms_norm_eps=1e-5, rope_theta=100000000.0,
                            rope_axes_dim=[24, 20, 20], rope_scaling={"mrope_section": [24, 20, 20],
                                                                      "rope_type": "default"})
+
+# LTX-2.5 22B (vidax.models.ltx2.planner.LTX25_TRANSFORMER: 48 blocks of video 32 heads x 128 = 4096 and audio 32 x
+# 64 = 2048, text 4096 / 2048 wide from the connectors, gated attention, cross-attention AdaLN with the sigma prompt
+# embedders, split RoPE, keyframe embedding, STG), 2 of its 48 blocks.
+_LTX25_WIDTH = dict(gated_attn=True, audio_gated_attn=True, cross_attn_mod=True, audio_cross_attn_mod=True,
+                    rope_type="split", rope_double_precision=False, use_prompt_embeddings=False,
+                    use_prompt_adaln_single=True, use_keyframes_abs_pos_embedding=True, perturbed_attn=True,
+                    cross_attn_timestep_scale_multiplier=1, num_layers=2)
 
 CONFIGS: dict[str, BenchConfig] = {
     c.name: c
@@ -372,6 +383,19 @@ CONFIGS: dict[str, BenchConfig] = {
                      "(53 of 102 measurements quiet); the fresh end-to-end processes were contended (marked *), the "
                      "step rows had 3 to 6 quiet rounds each (medians over those), the VAE and text-encoder rounds "
                      "were quiet.",
+        ),
+        BenchConfig(
+            "i", "ltx2", _LTX25_WIDTH, {}, {},
+            base=(9, 128, 128),
+            sweep=((9, 128, 128), (17, 256, 256)),
+            bf16_sweep=((9, 128, 128),),
+            repeats=2, parts=("sweep",),
+            note="LTX-2.5 22B width (video 4096 = 32 heads x 128, audio 2048 = 32 x 64, text 4096 / 2048 from the "
+                 "connectors, gated attention, cross-attention AdaLN with the prompt embedders, split RoPE), 2 of its "
+                 "48 blocks: the transformer alone (vidax's LTX-2.5 pipeline is not in this branch), one guided "
+                 "evaluation of the CFG batch (2 rows: `LTX2Pipeline`'s cond/uncond call; its STG and modality "
+                 "passes are separate calls) over 256 text tokens per stream (the negative prompt's last 96 masked) "
+                 "and the audio latents of the clip's duration",
         ),
         BenchConfig(
             "smoke", "wan2.1", {}, {}, {}, base=(5, 32, 32), sweep=((5, 32, 32),), bf16_sweep=((5, 32, 32),),
@@ -1655,6 +1679,194 @@ class Cosmos3Diffusers(WanDiffusers):
         return video[None]
 
 
+# ------------------------------------------------------------------------------------ LTX-2.5 (transformer only)
+
+LTX2_TEXT_LEN = 256  # text tokens per stream (the connectors' output; the release pads to 1024)
+LTX2_TIMESTEP = 500.0
+LTX2_GUIDANCE = 3.0  # LTX2Pipeline's default guidance_scale
+LTX2_FPS = 24.0
+
+
+def _ltx2_latent_shape(frames: int, height: int, width: int) -> tuple[int, ...]:
+    return (1, 128, (frames - 1) // 8 + 1, height // 32, width // 32)
+
+
+def _ltx2_tokens(cfg: BenchConfig, frames: int, height: int, width: int) -> int:
+    _, _, f, h, w = _ltx2_latent_shape(frames, height, width)
+    return f * h * w
+
+
+def _ltx2_audio_frames(frames: int) -> int:
+    """``LTX2Pipeline``'s audio latent frames of a clip: ``round(frames / fps * 16000 / 160 / 4)``."""
+    return max(1, round(frames / LTX2_FPS * 16000 / 160 / 4))
+
+
+def _ltx2_write(folder: Path, cfg: BenchConfig) -> None:
+    """The transformer alone, written by diffusers' ``LTX2VideoTransformer3DModel.save_pretrained`` (random init)."""
+    import torch
+    from diffusers import LTX2VideoTransformer3DModel
+
+    torch.manual_seed(0)
+    model = LTX2VideoTransformer3DModel(**cfg.transformer).eval()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder / "transformer")
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": "LTX2Pipeline",
+                                                         "transformer": ["diffusers", "LTX2VideoTransformer3DModel"]}))
+
+
+def _ltx2_inputs(latents, tr_cfg: dict) -> dict:
+    """The CFG batch of one step, numpy: the packed video latents ``(2, F H W, 128)`` (diffusers' ``_pack_latents``),
+    audio latents ``(2, T, 128)``, text contexts ``(2, L, 4096)`` / ``(2, L, 2048)`` and their mask (the negative
+    prompt's last 96 tokens padding), as ``LTX2Pipeline.__call__`` batches ``[negative, prompt]``."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    b, c, f, h, w = latents.shape
+    x = latents.transpose(0, 2, 3, 4, 1).reshape(b, f * h * w, c)
+    t = _ltx2_audio_frames((f - 1) * 8 + 1)
+    a = rng.standard_normal((1, t, tr_cfg.get("audio_in_channels", 128)), dtype=np.float32)
+    L = LTX2_TEXT_LEN
+    ctx = rng.standard_normal((2, L, tr_cfg.get("cross_attention_dim", 4096)), dtype=np.float32)
+    actx = rng.standard_normal((2, L, tr_cfg.get("audio_cross_attention_dim", 2048)), dtype=np.float32)
+    mask = np.ones((2, L), np.float32)
+    mask[0, L - 96:] = 0.0
+    return {"x": np.concatenate([x, x]), "a": np.concatenate([a, a]), "ctx": ctx, "actx": actx, "mask": mask,
+            "grid": (f, h, w), "audio_frames": t}
+
+
+class LTX2Vidax(WanVidax):
+    """vidax's LTX-2.5 transformer (JAX) on the CFG batch: the program :func:`vidax.models.ltx2.block_loop.make_forward`
+    gives for the CPU default block loop (``block_loop="auto"``: one compiled block program called once per block),
+    the guidance ``uncond + s (cond - uncond)`` on both streams; the host-side inputs (RoPE tables, masks) made once
+    in ``prepare``, as a pipeline makes them once per call."""
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        self.cache_events = _jax_setup(jax_cache)
+        from vidax.models.ltx2 import block_loop, transformer  # noqa: F401  (imports are not load time)
+
+        self.folder, self.dtype = folder, dtype
+
+    def load(self) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        from vidax.core.config_values import read_json
+        from vidax.models.ltx2.block_loop import make_forward
+        from vidax.models.ltx2.config import LTX2TransformerConfig
+        from vidax.models.ltx2.keymap import load_transformer
+        from vidax.models.ltx2.sharding import param_shardings
+
+        folder = self.folder / "transformer"
+        cfg = LTX2TransformerConfig.from_dict(read_json(folder / "config.json"))
+        # read straight into the placement of the CPU default block loop (one-block chunks), no second copy
+        params, self.cfg = load_transformer(folder, jnp.dtype(self.dtype),
+                                            shardings=param_shardings(cfg, None, None, "auto"))
+        self.fwd = make_forward(params, self.cfg, block_loop="auto")
+        self.tparams = getattr(self.fwd, "params", params)
+        jax.block_until_ready(self.tparams)
+
+    def encode(self) -> None:
+        pass  # the contexts are made with the latents (no text encoder in this configuration)
+
+    def prepare(self, latents) -> float:
+        import jax
+        import jax.numpy as jnp
+
+        from vidax.models.ltx2.transformer import forward
+
+        c = self.cfg
+        inp = _ltx2_inputs(latents, dict(audio_in_channels=c.audio_in_channels, cross_attention_dim=c.cross_attention_dim,
+                                         audio_cross_attention_dim=c.audio_cross_attention_dim))
+        captured = {}
+
+        def capture(*args, **kw):  # forward()'s host-side work once; the step calls the program itself
+            captured["args"], captured["kw"] = args, kw
+            return None, None
+
+        f, h, w = inp["grid"]
+        forward(self.tparams, self.cfg, inp["x"], inp["a"], inp["ctx"], inp["actx"], LTX2_TIMESTEP,
+                sigma=LTX2_TIMESTEP, encoder_attention_mask=inp["mask"], audio_encoder_attention_mask=inp["mask"],
+                num_frames=f, height=h, width=w, fps=LTX2_FPS, audio_num_frames=inp["audio_frames"],
+                use_cross_timestep=True, program=capture)
+        fwd, kw = self.fwd, captured["kw"]
+        guide = jax.jit(lambda v, a: tuple(u + LTX2_GUIDANCE * (c - u) for u, c in (v, a)))
+
+        def run(*args):
+            with jax.default_matmul_precision("highest"):  # forward()'s default precision
+                v, a = fwd(*args, **kw)
+                return guide((v[:1], v[1:]), (a[:1], a[1:]))
+
+        self.compiled = run
+        dt = jnp.dtype(self.dtype)
+        self.args = (self.tparams, *(x.astype(dt) if i < 4 else x for i, x in enumerate(captured["args"][1:])))
+        t0 = time.perf_counter()
+        jax.block_until_ready(self.compiled(*self.args))
+        return time.perf_counter() - t0
+
+    def step(self) -> None:
+        import jax
+
+        jax.block_until_ready(self.compiled(*self.args))
+
+    def decode(self, latents):
+        raise NotImplementedError("config i times the transformer alone")
+
+
+class LTX2Diffusers(WanDiffusers):
+    """diffusers' ``LTX2VideoTransformer3DModel`` (PyTorch, CPU) on the CFG batch, as ``LTX2Pipeline.__call__`` calls
+    it (``timestep`` and ``sigma`` the step's timestep, the connector mask on both text streams, explicit RoPE
+    coordinates repeated for the batch, ``use_cross_timestep``), then ``uncond + s (cond - uncond)`` on both
+    streams, ``torch.no_grad()``."""
+
+    PIPELINE, TRANSFORMER = "LTX2Pipeline", "LTX2VideoTransformer3DModel"
+
+    def __init__(self, folder: Path, dtype: str, jax_cache: str | None):
+        import diffusers
+        import torch
+
+        getattr(diffusers, self.TRANSFORMER)
+        torch.zeros(1)
+        self.torch, self.folder = torch, folder
+        self.tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+    def load(self) -> None:
+        import diffusers
+
+        cls = getattr(diffusers, self.TRANSFORMER)
+        self.model = cls.from_pretrained(self.folder / "transformer", dtype=self.tdtype).eval()
+
+    def encode(self) -> None:
+        pass
+
+    def prepare(self, latents) -> float:
+        torch, m = self.torch, self.model
+        inp = _ltx2_inputs(latents, dict(m.config))
+        f, h, w = inp["grid"]
+        t = inp["audio_frames"]
+        self.kw = dict(hidden_states=torch.from_numpy(inp["x"]).to(self.tdtype),
+                       audio_hidden_states=torch.from_numpy(inp["a"]).to(self.tdtype),
+                       encoder_hidden_states=torch.from_numpy(inp["ctx"]).to(self.tdtype),
+                       audio_encoder_hidden_states=torch.from_numpy(inp["actx"]).to(self.tdtype),
+                       timestep=torch.full((2,), LTX2_TIMESTEP), sigma=torch.full((2,), LTX2_TIMESTEP),
+                       encoder_attention_mask=torch.from_numpy(inp["mask"]),
+                       audio_encoder_attention_mask=torch.from_numpy(inp["mask"]), num_frames=f, height=h, width=w,
+                       fps=LTX2_FPS, audio_num_frames=t,
+                       video_coords=m.rope.prepare_video_coords(2, f, h, w, "cpu", fps=LTX2_FPS),
+                       audio_coords=m.audio_rope.prepare_audio_coords(2, t, "cpu"), isolate_modalities=False,
+                       spatio_temporal_guidance_blocks=None, perturbation_mask=None, use_cross_timestep=True,
+                       return_dict=False)
+        return 0.0
+
+    def step(self) -> None:
+        with self.torch.no_grad(), self.model.cache_context("cond_uncond"):
+            v, a = self.model(**self.kw)
+            self.noise_pred = tuple(u.float() + LTX2_GUIDANCE * (c.float() - u.float())
+                                    for u, c in (v.chunk(2), a.chunk(2)))
+
+    def decode(self, latents):
+        raise NotImplementedError("config i times the transformer alone")
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family: how to write its benchmark checkpoint and the contender class of each engine."""
@@ -1704,6 +1916,11 @@ FAMILIES: dict[str, Family] = {
                       _patch_tokens(_wan22_latent_shape), {"vidax": Cosmos3Vidax, "diffusers": Cosmos3Diffusers},
                       vae_note="its Cosmos3 pipeline reads the whole VAE, the encoder side too (the same pipeline "
                                "runs image-to-video)."),
+    "ltx2": Family(_ltx2_write, lambda src, dst: False, _ltx2_latent_shape, _ltx2_tokens,
+                   {"vidax": LTX2Vidax, "diffusers": LTX2Diffusers},
+                   step_note="vidax's step is the LTX-2.5 transformer program of `vidax.models.ltx2.block_loop."
+                             "make_forward` with the CPU default block loop (one compiled block program called once "
+                             "per block).", vae_note="(config i loads the transformer alone)."),
 }
 
 
@@ -1936,7 +2153,7 @@ def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dic
 
     # 1. Fresh processes: load, short end-to-end generation, peak RSS; vidax cold, diffusers, vidax from the cache.
     fresh: dict[str, list[dict]] = {"vidax": [], "diffusers": [], "vidax-cached": []}
-    for r in range(repeats):
+    for r in range(repeats if "fresh" in cfg.parts else 0):
         # vidax cold first (it fills the cache the cached run reads); diffusers before or after the cached run
         for kind in ("vidax", "diffusers", "vidax-cached") if r % 2 == 0 else ("vidax", "vidax-cached", "diffusers"):
             if kind == "vidax":
@@ -1955,7 +2172,7 @@ def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dic
                   f" (compile {g.get('compile_s', 0):.2f}s)  peak RSS {res['stats']['peak_rss'] / 2**30:.2f} GiB"
                   f"  (others used {g['foreign']:.0%} of the CPU)", flush=True)
     # 1b. vidax loading the same weights from its own translated layout (load and memory only).
-    conv = converted(cfg, folder)
+    conv = converted(cfg, folder) if "fresh" in cfg.parts else None
     if conv is not None:
         fresh["vidax-converted"] = []
         for r in range(repeats):
@@ -1983,7 +2200,7 @@ def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dic
         text = {n: [] for n in live}
         text_f = {n: [] for n in live}
         first_text = {}
-        for r in range(max(repeats, 5) + 1):
+        for r in range(max(repeats, 5) + 1 if "text" in cfg.parts else 0):
             for n, wk in _order(live, r):
                 res = wk.call("encode")
                 if r:
@@ -1991,13 +2208,17 @@ def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dic
                     text_f[n].append(res["foreign"])
                 else:
                     first_text[n] = res["seconds"]
-        rec["text_encoder"] = {n: {"warm": _qstat(text[n], text_f[n]), "first_s": first_text[n],
-                                   "foreign": text_f[n]} for n in live}
+        if "text" in cfg.parts:
+            rec["text_encoder"] = {n: {"warm": _qstat(text[n], text_f[n]), "first_s": first_text[n],
+                                       "foreign": text_f[n]} for n in live}
+        else:
+            for wk in live.values():
+                wk.call("encode")  # the step's inputs (untimed)
         rec["sweep"] = _sweep(live, cfg, cfg.sweep, repeats, "float32")
         vae = {n: [] for n in live}
         vae_f = {n: [] for n in live}
         first_vae = {}
-        for r in range(repeats + 1):
+        for r in range(repeats + 1 if "vae" in cfg.parts else 0):
             for n, wk in _order(live, r):
                 res = wk.call("decode", shape=cfg.base)
                 if r:
@@ -2006,8 +2227,9 @@ def run(cfg: BenchConfig, repeats: int, log_dir: Path, bf16: bool = True) -> dic
                 else:
                     first_vae[n] = res["seconds"]
                 print(f"[vae {r}] {n}: {res['seconds']:.2f}s (others used {res['foreign']:.0%} of the CPU)", flush=True)
-        rec["vae_decode"] = {n: {"warm": _qstat(vae[n], vae_f[n]), "first_s": first_vae[n], "foreign": vae_f[n]}
-                             for n in live}
+        if "vae" in cfg.parts:
+            rec["vae_decode"] = {n: {"warm": _qstat(vae[n], vae_f[n]), "first_s": first_vae[n], "foreign": vae_f[n]}
+                                 for n in live}
         rec["live_stats"] = {n: wk.call("stats") for n, wk in live.items()}
     finally:
         for wk in live.values():
@@ -2167,8 +2389,51 @@ def _quiet_share(rec: dict) -> str:
     return f"{sum(f < QUIET for f in fr)} of {len(fr)}"
 
 
+def _step_rows(rec: dict) -> list[str]:
+    """The step table: one row per (dtype, size) of the sweeps."""
+    lines = ["| dtype | latent | tokens | vidax s | diffusers s | vidax/diffusers (medians) | per-round ratio, median "
+             "(min-max) | CPU s per step, vidax / diffusers | vidax compile s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rec.get("sweep", []) + rec.get("sweep_bf16", []):
+        v, d = r["step"].get("vidax"), r["step"].get("diffusers")
+        ratio = f"**{v['median'] / d['median']:.2f}x**" if v and d else ""
+        c = r.get("step_cpu_s", {})
+        cpu = (f"{c['vidax']['median']:.2f} / {c['diffusers']['median']:.2f}"
+               if c.get("vidax") and c.get("diffusers") else "")
+        lines.append(f"| {r['dtype']} | {'x'.join(map(str, r['latent']))} | {r['tokens']} | {_fmt(v, digits=3)} | "
+                     f"{_fmt(d, digits=3)} | {ratio} | {_fmt(r.get('paired_ratio'))} | {cpu} | "
+                     f"{r['compile_s'].get('vidax', 0):.2f} |")
+    return lines
+
+
+def _write_step_only(rec: dict, cfg: BenchConfig, png: Path | None) -> None:
+    """The section of a configuration that times the transformer step alone (``parts == ("sweep",)``)."""
+    ls = rec.get("live_stats", {})
+    la = rec["loadavg_1min"]
+    lines = [f"## vidax vs diffusers, CPU (config {cfg.name})", "",
+             f"Generated by `python -m bench.compare --config {cfg.name} --repeats {rec['repeats']}` on {rec['date']} "
+             f"({rec['machine']}; Python {rec['python']}; " + ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
+             + f"); whole run {rec['total_s'] / 60:.1f} min.", "",
+             f"Model: {cfg.note}; random fp32 weights written once by diffusers' `save_pretrained` "
+             f"({rec['checkpoint_bytes'] / 1e9:.2f} GB). Both engines load that folder and run the same inputs, each "
+             f"in its own process, measurements alternated; {max(rec['repeats'], 5)} or more rounds per size. Threads: "
+             f"vidax {ls.get('vidax', {}).get('engine_threads', '?')}, diffusers "
+             f"{ls.get('diffusers', {}).get('engine_threads', '?')}. 1-minute load average {la['min']:.1f}-"
+             f"{la['max']:.1f} on {la['cores']} cores; {_quiet_share(rec)} measurements were quiet.", ""]
+    lines += _step_rows(rec)
+    gm = rec["summary"]["ratio_vidax_over_diffusers"].get("step_sweep_geomean")
+    if gm:
+        lines += ["", f"Geometric mean of the fp32 per-round step ratios: **{gm:.2f}x**."]
+    if png is not None:
+        lines += ["", f"![step time against token count]({png.relative_to(DOCS.parent).as_posix()})"]
+    lines += ["", "Notes: " + FAMILIES[cfg.family].step_note + " " + (cfg.findings or "")]
+    replace_section(lines[0], "\n".join(lines) + "\n")
+
+
 def write_markdown(rec: dict, png: Path | None) -> None:
     cfg = CONFIGS[rec["config"]]
+    if "fresh" not in cfg.parts:
+        return _write_step_only(rec, cfg, png)
     s = rec["summary"]
     GiB, MiB = 2**30, 2**20
     ls = rec.get("live_stats", {})
@@ -2326,7 +2591,7 @@ def _png(cfg: BenchConfig) -> Path:
 
 FAMILY_TITLES = {"wan2.1": "Wan2.1", "wan2.2-ti2v": "Wan2.2 TI2V-5B", "cogvideox": "CogVideoX", "ltx": "LTX-Video",
                  "hunyuanvideo": "HunyuanVideo", "hunyuanvideo-1.5": "HunyuanVideo-1.5",
-                 "cosmos-predict2.5": "Cosmos-Predict2.5", "cosmos3": "Cosmos3"}
+                 "cosmos-predict2.5": "Cosmos-Predict2.5", "cosmos3": "Cosmos3", "ltx2": "LTX-2.5"}
 
 
 def plot(rec: dict, png: Path) -> Path | None:

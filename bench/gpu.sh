@@ -5,10 +5,11 @@
 # description inside matmul.json; ./gpu-results elsewhere), the log on stdout; then, back on the CPU machine:
 #   python bench/gpu_step.py report <that folder>     # writes the "GPU" section of docs/benchmarks.md
 #
-# GPU_BENCH_PARTS picks the groups, in this order: "wan13 hv hv15 cosmos cosmos3 wan14"; the default is "wan13 hv wan14" (the
+# GPU_BENCH_PARTS picks the groups, in this order: "wan13 hv hv15 cosmos cosmos3 ltx2 wan14"; the default is "wan13 hv wan14" (the
 # device returns at most 8 files: these 7 parts and the matmul). E.g. GPU_BENCH_PARTS=hv for the HunyuanVideo pair
 # alone, GPU_BENCH_PARTS=hv15 for the HunyuanVideo-1.5 pair, GPU_BENCH_PARTS=cosmos for the Cosmos-Predict2.5 pair,
-# GPU_BENCH_PARTS=cosmos3 for the Cosmos3 Edge pair (832x480x121, its und prefill timed apart) (about 2-3 minutes each). With all groups the 14B parts,
+# GPU_BENCH_PARTS=cosmos3 for the Cosmos3 Edge pair (832x480x121, its und prefill timed apart), GPU_BENCH_PARTS=ltx2
+# for the LTX-2.5 22B-width pair (1216x704x121 with its 126 audio frames) (about 2-3 minutes each). With all groups the 14B parts,
 # last, get what is left of the budget. GPU_BENCH_DRY_RUN=1 prints the parts' commands and runs none (a check on any
 # machine).
 #
@@ -30,6 +31,7 @@ STEPS_HV=${STEPS_HV:-2}             # HunyuanVideo 13B width, 2 + 4 blocks, 1280
 STEPS_HV15=${STEPS_HV15:-2}         # HunyuanVideo-1.5 8.3B width, 2 blocks, 1280x720x121, CFG: timed steps after a warm-up
 STEPS_COSMOS=${STEPS_COSMOS:-2}     # Cosmos-Predict2.5 2B width, 2 blocks, 1280x704x93, CFG: timed steps after a warm-up
 STEPS_COSMOS3=${STEPS_COSMOS3:-3}   # Cosmos3 Edge width, 2 layers, 832x480x121, CFG: timed steps after a warm-up
+STEPS_LTX2=${STEPS_LTX2:-3}         # LTX-2.5 22B width, 2 blocks, 1216x704x121 with audio, CFG: timed steps after a warm-up
 PARTS=" ${GPU_BENCH_PARTS:-wan13 hv wan14} "
 ATTENTION_14B=${ATTENTION_14B:-cudnn}  # attention_impl of the 14B run: chunked, or cudnn where the engine has it
                                      # (an engine without it fails that part; one that refuses a call falls back)
@@ -77,6 +79,10 @@ fi
 if want cosmos3; then
   part 90 diffusers --model cosmos3-edge-480p --steps "$STEPS_COSMOS3"
   part 110 vidax --model cosmos3-edge-480p --steps "$STEPS_COSMOS3" --attention auto
+fi
+if want ltx2; then
+  part 90 diffusers --model ltx2-22b-704p --steps "$STEPS_LTX2"
+  part 110 vidax --model ltx2-22b-704p --steps "$STEPS_LTX2" --attention auto
 fi
 if want wan14; then
   part 90 diffusers --model 14b-720p --steps "$STEPS_14B"

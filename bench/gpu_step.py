@@ -44,6 +44,12 @@ Parts (each its own process, so device memory and peaks are its own):
   ``lax.scan``), attention ``auto``; diffusers ``Cosmos3OmniTransformer`` in bf16, two calls per step over the joint
   sequence (prompt and video tokens) as ``Cosmos3OmniPipeline.__call__`` makes them (the und stream recomputed in
   each).
+- ``vidax --model ltx2-22b-704p`` / ``diffusers --model ltx2-22b-704p``: the LTX-2.5 22B transformer's width (video
+  32 heads x 128, audio 32 x 64, text 4096 / 2048 from the connectors, the 2.5 options) with 2 of its 48 blocks
+  (``bench.compare`` config i's transformer) at the paper row's size (1216x704, 121 frames: 13376 video tokens, 126
+  audio frames), the CFG batch of ``LTX2Pipeline``'s cond/uncond call over :data:`LTX2_TEXT_LEN` text tokens plus
+  the guidance: vidax the transformer program (the blocks under ``lax.scan``), attention ``auto``; diffusers
+  ``LTX2VideoTransformer3DModel`` in bf16.
 - ``estimate``: the memory estimate of each model/dtype/attention (no device needed; ``report`` computes it when
   the results have none).
 - ``report RESULTS_DIR``: (here, after the run) writes the "GPU" section of docs/benchmarks.md.
@@ -283,6 +289,91 @@ def cosmos3_estimate(name: str, dtype_bytes: int = 2) -> dict:
     mlp = n * c["intermediate_size"] * (4 + dtype_bytes)
     peak_act = cache + residual + max(qkv, mlp)
     return {"weights": weights, "activations": peak_act, "scores": 0, "total": weights + peak_act}
+
+
+# LTX-2.5 22B (vidax.models.ltx2.planner.LTX25_TRANSFORMER; bench.compare config i's transformer), a few blocks: video
+# 32 heads x 128, audio 32 x 64, text 4096 / 2048 wide from the connectors, the 2.5 options.
+LTX2_COMMON = dict(gated_attn=True, audio_gated_attn=True, cross_attn_mod=True, audio_cross_attn_mod=True,
+                   rope_type="split", rope_double_precision=False, use_prompt_embeddings=False,
+                   use_prompt_adaln_single=True, use_keyframes_abs_pos_embedding=True, perturbed_attn=True,
+                   cross_attn_timestep_scale_multiplier=1)
+LTX2_MODELS = {
+    # name: (LTX2VideoTransformer3DModel fields over LTX2_COMMON, (frames, height, width))
+    "ltx2-22b-704p": (dict(num_layers=2), (121, 704, 1216)),  # config i's blocks, the paper row's size
+    # the release's full depth: sizes and FLOPs only (estimate, tests), not run
+    "ltx2-22b": (dict(num_layers=48), (121, 704, 1216)),
+    # a CPU-sized check of the script itself (tests), not a benchmark
+    "ltx2-tiny": (dict(num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16, audio_in_channels=8,
+                       audio_out_channels=8, audio_num_attention_heads=2, audio_attention_head_dim=8,
+                       audio_cross_attention_dim=16, num_layers=1), (9, 64, 64)),
+}
+LTX2_BENCH_MODELS = ("ltx2-22b-704p",)
+LTX2_TEXT_LEN = 1024  # the connectors' output rows (the release pads the prompt to 1024 tokens)
+LTX2_GUIDANCE = 3.0
+LTX2_FPS = 24.0
+
+
+def ltx2_config(name: str) -> dict:
+    """The model's ``LTX2VideoTransformer3DModel`` constructor arguments."""
+    fields, _ = LTX2_MODELS[name]
+    return {**LTX2_COMMON, **fields}
+
+
+def ltx2_latent_shape(frames, height, width):
+    return (1, 128, (frames - 1) // 8 + 1, height // 32, width // 32)  # the LTX-2 VAE: 8x time, 32x space
+
+
+def ltx2_tokens(name: str) -> int:
+    _, _, f, h, w = ltx2_latent_shape(*LTX2_MODELS[name][1])
+    return f * h * w
+
+
+def ltx2_audio_frames(name: str) -> int:
+    """``LTX2Pipeline``'s audio latent frames: ``round(frames / fps * 16000 / 160 / 4)`` (126 at 121 frames)."""
+    return round(LTX2_MODELS[name][1][0] / LTX2_FPS * 16000 / 160 / 4)
+
+
+def ltx2_param_count(name: str) -> int:
+    import math
+
+    from vidax.core.params import flatten
+    from vidax.models.ltx2.config import LTX2TransformerConfig
+    from vidax.models.ltx2.transformer import transformer_specs
+
+    specs = transformer_specs(LTX2TransformerConfig.from_dict(ltx2_config(name)))
+    return sum(math.prod(s.shape) for _, s in flatten(specs))
+
+
+def ltx2_step_flops(name: str) -> float:
+    """Model FLOPs of one guided evaluation (the CFG batch of 2 rows): per block and stream the q/k/v/out projections,
+    the scores and values of the self, text and cross-modal attentions, the 4x FFN; 2 FLOP per MAC."""
+    from vidax.models.ltx2.config import LTX2TransformerConfig
+
+    c = LTX2TransformerConfig.from_dict(ltx2_config(name))
+    d, da, s, t, L = c.inner_dim, c.audio_inner_dim, ltx2_tokens(name), ltx2_audio_frames(name), LTX2_TEXT_LEN
+    cross, across = c.cross_attention_dim, c.audio_cross_attention_dim
+    video = (2 * s * d * 4 * d + 4 * s * s * d  # self: projections, scores + values
+             + 2 * s * d * 2 * d + 2 * L * cross * 2 * d + 4 * s * L * d  # text: q / out, k / v, attention
+             + 2 * s * d * 2 * da + 2 * t * da * 2 * da + 4 * s * t * da  # audio->video: q / out, k / v, attention
+             + 2 * s * d * 8 * d)  # FFN
+    audio = (2 * t * da * 4 * da + 4 * t * t * da + 2 * t * da * 2 * da + 2 * L * across * 2 * da + 4 * t * L * da
+             + 2 * t * da * 2 * da + 2 * s * d * 2 * da + 4 * t * s * da + 2 * t * da * 8 * da)
+    return float(2 * c.num_layers * (video + audio))
+
+
+def ltx2_estimate(name: str, dtype_bytes: int = 2) -> dict:
+    """A rough peak-memory estimate of the guided step (2 rows) with a fused attention: weights, the float32 streams,
+    the larger of the FFN hidden and q/k/v."""
+    from vidax.models.ltx2.config import LTX2TransformerConfig
+
+    c = LTX2TransformerConfig.from_dict(ltx2_config(name))
+    s, t = 2 * ltx2_tokens(name), 2 * ltx2_audio_frames(name)
+    weights = ltx2_param_count(name) * dtype_bytes
+    residual = (s * c.inner_dim + t * c.audio_inner_dim) * 4 * 3
+    qkv = s * c.inner_dim * dtype_bytes * 4
+    ffn = s * 4 * c.inner_dim * (4 + dtype_bytes)
+    act = residual + max(qkv, ffn) + 2 * LTX2_TEXT_LEN * (c.cross_attention_dim + c.audio_cross_attention_dim) * 4
+    return {"weights": weights, "activations": act, "scores": 0, "total": weights + act}
 
 
 def hv15_config(name: str) -> dict:
@@ -1102,6 +1193,139 @@ def part_diffusers_cosmos3(name: str, steps: int) -> dict:
             "sdpa": "the transformer's attention dispatch (default backend choice)"}
 
 
+def _ltx2_host_inputs(name: str, cfg) -> dict:
+    """The CFG batch's inputs (numpy): video tokens ``(2, S, 128)`` (the same latents twice), audio ``(2, T, C)``,
+    text contexts ``(2, L, cross)`` / ``(2, L, audio cross)`` with the negative prompt's last quarter masked."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    _, c, f, h, w = ltx2_latent_shape(*LTX2_MODELS[name][1])
+    t, L = ltx2_audio_frames(name), LTX2_TEXT_LEN
+    x = rng.standard_normal((1, f * h * w, c), dtype=np.float32)
+    a = rng.standard_normal((1, t, cfg.audio_in_channels), dtype=np.float32)
+    mask = np.ones((2, L), np.float32)
+    mask[0, 3 * L // 4:] = 0.0
+    return {"x": np.concatenate([x, x]), "a": np.concatenate([a, a]), "mask": mask, "grid": (f, h, w), "t": t,
+            "ctx": rng.standard_normal((2, L, cfg.cross_attention_dim), dtype=np.float32),
+            "actx": rng.standard_normal((2, L, cfg.audio_cross_attention_dim), dtype=np.float32)}
+
+
+def part_vidax_ltx2(name: str, steps: int, attention: str) -> dict:
+    """vidax's LTX-2.5 transformer program (:func:`vidax.models.ltx2.transformer._forward`, the blocks under
+    ``lax.scan``; what :func:`vidax.models.ltx2.block_loop.make_forward` returns on one device) on random bf16
+    parameters made on the device, the CFG batch of ``LTX2Pipeline``'s cond/uncond call plus the guidance on both
+    streams, compiled ahead of time, ``steps`` timed calls after one warm-up."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.core.attention import ran_label, recording
+    from vidax.core.params import abstract_params
+    from vidax.models.ltx2 import transformer as T
+    from vidax.models.ltx2.config import LTX2TransformerConfig
+
+    requested, attention = attention, _attention_request(attention)
+    if attention == "auto":
+        from vidax.core.attention import resolve_implementation
+
+        attention = resolve_implementation(attention).value
+    cfg = LTX2TransformerConfig.from_dict(ltx2_config(name))
+    t0 = time.perf_counter()
+    params, weight_bytes = _device_params(abstract_params(T.transformer_specs(cfg), jnp.bfloat16))
+    init_s = time.perf_counter() - t0
+    inp = _ltx2_host_inputs(name, cfg)
+    captured = {}
+
+    def capture(*args, **kw):  # forward()'s host-side inputs (RoPE tables, masks), then the program ourselves
+        captured["args"], captured["kw"] = args, kw
+        return None, None
+
+    f, h, w = inp["grid"]
+    T.forward(params, cfg, inp["x"], inp["a"], inp["ctx"], inp["actx"], 500.0, sigma=500.0,
+              encoder_attention_mask=inp["mask"], audio_encoder_attention_mask=inp["mask"], num_frames=f, height=h,
+              width=w, fps=LTX2_FPS, audio_num_frames=inp["t"], use_cross_timestep=True, attention_impl=attention,
+              program=capture)
+    kw = captured["kw"]
+    args = tuple(a.astype(jnp.bfloat16) if i in (1, 2, 3, 4) else a for i, a in enumerate(captured["args"]))
+
+    def guided(*args):
+        v, a = T._forward(*args, **kw)
+        return tuple(u + LTX2_GUIDANCE * (c - u) for u, c in ((v[:1], v[1:]), (a[:1], a[1:])))
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught, recording() as ran:
+        warnings.simplefilter("always")
+        step = jax.jit(guided).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    temp, xla_flops = _xla_figures(step)
+    first_s, times = _timed_steps(lambda: jax.block_until_ready(step(*args)), steps)
+    peak, limit = _dev_peak()
+    return {"part": "vidax", "model": name, "attention": ran_label(ran, attention), "attention_requested": requested,
+            "warnings": sorted({str(m.message)[:200] for m in caught}), "dtype": "bfloat16",
+            "tokens": ltx2_tokens(name), "audio_tokens": inp["t"], "text_tokens": LTX2_TEXT_LEN, "init_s": init_s,
+            "compile_s": compile_s, "first_step_s": first_s, "step_s": times, "peak_device_bytes": peak,
+            "device_bytes_limit": limit, "weight_bytes": weight_bytes, "xla_temp_bytes": temp,
+            "xla_flops": xla_flops, "model_flops": ltx2_step_flops(name), "jax": jax.__version__}
+
+
+def part_diffusers_ltx2(name: str, steps: int) -> dict:
+    """diffusers' ``LTX2VideoTransformer3DModel`` built in bf16 on the device (random init), the CFG batch as
+    ``LTX2Pipeline.__call__`` calls it (explicit RoPE coordinates, the connector mask on both text streams,
+    ``use_cross_timestep``), then the guidance on both streams, ``torch.no_grad()``."""
+    import torch
+    from diffusers import LTX2VideoTransformer3DModel
+
+    from vidax.models.ltx2.config import LTX2TransformerConfig
+
+    cfg = ltx2_config(name)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with dev:
+            model = LTX2VideoTransformer3DModel(**cfg).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    sync()
+    init_s = time.perf_counter() - t0
+    inp = _ltx2_host_inputs(name, LTX2TransformerConfig.from_dict(cfg))
+    f, h, w = inp["grid"]
+
+    def tensor(key, dt=torch.bfloat16):
+        return torch.from_numpy(inp[key]).to(dev, dt)
+
+    kw = dict(hidden_states=tensor("x"), audio_hidden_states=tensor("a"), encoder_hidden_states=tensor("ctx"),
+              audio_encoder_hidden_states=tensor("actx"), timestep=torch.full((2,), 500.0, device=dev),
+              sigma=torch.full((2,), 500.0, device=dev), encoder_attention_mask=tensor("mask", torch.float32),
+              audio_encoder_attention_mask=tensor("mask", torch.float32), num_frames=f, height=h, width=w,
+              fps=LTX2_FPS, audio_num_frames=inp["t"],
+              video_coords=model.rope.prepare_video_coords(2, f, h, w, dev, fps=LTX2_FPS),
+              audio_coords=model.audio_rope.prepare_audio_coords(2, inp["t"], dev), isolate_modalities=False,
+              spatio_temporal_guidance_blocks=None, perturbation_mask=None, use_cross_timestep=True,
+              return_dict=False)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        with torch.no_grad():
+            v, a = model(**kw)
+            out = tuple(u.float() + LTX2_GUIDANCE * (c.float() - u.float()) for u, c in (v.chunk(2), a.chunk(2)))
+        sync()
+        return out
+
+    first_s, times = _timed_steps(step, steps)
+    import diffusers
+
+    return {"part": "diffusers", "model": name, "dtype": "bfloat16", "tokens": ltx2_tokens(name),
+            "audio_tokens": inp["t"], "text_tokens": LTX2_TEXT_LEN, "init_s": init_s, "first_step_s": first_s,
+            "step_s": times, "peak_device_bytes": int(torch.cuda.max_memory_allocated()) if dev.type == "cuda" else 0,
+            "device": str(dev), "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "model_flops": ltx2_step_flops(name), "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "sdpa": "the transformer's attention dispatch (default backend choice)"}
+
+
 def part_estimate() -> dict:
     out = {}
     for name in BENCH_MODELS:
@@ -1120,20 +1344,26 @@ def part_estimate() -> dict:
     for name in COSMOS3_BENCH_MODELS:
         for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
             out[f"{name}/{dt}/fused"] = cosmos3_estimate(name, nbytes)
+    for name in LTX2_BENCH_MODELS:
+        for dt, nbytes in (("bfloat16", 2), ("float32", 4)):
+            out[f"{name}/{dt}/fused"] = ltx2_estimate(name, nbytes)
     return {"part": "estimate", "estimates": out,
             "params": {**{n: param_count(n) for n in BENCH_MODELS}, **{n: hv_param_count(n) for n in HV_BENCH_MODELS},
                        **{n: hv15_param_count(n) for n in HV15_BENCH_MODELS},
                        **{n: cosmos_param_count(n) for n in COSMOS_BENCH_MODELS},
-                       **{n: cosmos3_param_count(n) for n in COSMOS3_BENCH_MODELS}},
+                       **{n: cosmos3_param_count(n) for n in COSMOS3_BENCH_MODELS},
+                       **{n: ltx2_param_count(n) for n in LTX2_BENCH_MODELS}},
             "model_flops": {**{n: step_flops(n) for n in BENCH_MODELS},
                             **{n: hv_step_flops(n) for n in HV_BENCH_MODELS},
                             **{n: hv15_step_flops(n) for n in HV15_BENCH_MODELS},
                             **{n: cosmos_step_flops(n) for n in COSMOS_BENCH_MODELS},
-                            **{n: cosmos3_step_flops(n) for n in COSMOS3_BENCH_MODELS}},
+                            **{n: cosmos3_step_flops(n) for n in COSMOS3_BENCH_MODELS},
+                            **{n: ltx2_step_flops(n) for n in LTX2_BENCH_MODELS}},
             "tokens": {**{n: tokens(n) for n in BENCH_MODELS}, **{n: hv_tokens(n) for n in HV_BENCH_MODELS},
                        **{n: hv15_tokens(n) for n in HV15_BENCH_MODELS},
                        **{n: cosmos_tokens(n) for n in COSMOS_BENCH_MODELS},
-                       **{n: cosmos3_tokens(n) for n in COSMOS3_BENCH_MODELS}}}
+                       **{n: cosmos3_tokens(n) for n in COSMOS3_BENCH_MODELS},
+                       **{n: ltx2_tokens(n) for n in LTX2_BENCH_MODELS}}}
 
 
 def machine_env() -> dict:
@@ -1195,7 +1425,7 @@ def report(results_dir: Path, docs: Path | None = None) -> None:
     lines += ["", "| model | engine | attention | compile s | step s (median) | MFU vs measured matmul | peak device GiB |",
               "|---|---|---|---|---|---|---|"]
     for name in (BENCH_MODELS + HV_BENCH_MODELS + HV15_BENCH_MODELS + COSMOS_BENCH_MODELS + COSMOS3_BENCH_MODELS
-                 if ran else ()):
+                 + LTX2_BENCH_MODELS if ran else ()):
         keys = sorted(k for k in res if k.startswith(f"vidax-{name}")) or [f"vidax-{name}"]
         for key in keys + [f"diffusers-{name}"]:
             eng = key.split("-")[0]
@@ -1259,7 +1489,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("part", choices=["matmul", "vidax", "diffusers", "estimate", "report"])
     p.add_argument("results", nargs="?", help="report: the folder of JSON files")
     p.add_argument("--model", choices=sorted(MODELS) + sorted(HV_MODELS) + sorted(HV15_MODELS) + sorted(COSMOS_MODELS)
-                   + sorted(COSMOS3_MODELS),
+                   + sorted(COSMOS3_MODELS) + sorted(LTX2_MODELS),
                    default="1.3b-480p")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--attention", default="chunked",
@@ -1277,19 +1507,19 @@ def main(argv=None) -> int:
     if args.part == "vidax":
         name += f"-{args.attention}"
     hv, hv15, cosmos = args.model in HV_MODELS, args.model in HV15_MODELS, args.model in COSMOS_MODELS
-    cosmos3 = args.model in COSMOS3_MODELS
+    cosmos3, ltx2 = args.model in COSMOS3_MODELS, args.model in LTX2_MODELS
     try:
         if args.part == "matmul":
             r = part_matmul()
         elif args.part == "estimate":
             r = part_estimate()
         elif args.part == "vidax":
-            run = (part_vidax_cosmos3 if cosmos3 else part_vidax_cosmos if cosmos else part_vidax_hv15 if hv15
-                   else part_vidax_hv if hv else part_vidax)
+            run = (part_vidax_ltx2 if ltx2 else part_vidax_cosmos3 if cosmos3 else part_vidax_cosmos if cosmos
+                   else part_vidax_hv15 if hv15 else part_vidax_hv if hv else part_vidax)
             r = run(args.model, args.steps, args.attention)
         else:
-            run = (part_diffusers_cosmos3 if cosmos3 else part_diffusers_cosmos if cosmos else part_diffusers_hv15
-                   if hv15 else part_diffusers_hv if hv else part_diffusers)
+            run = (part_diffusers_ltx2 if ltx2 else part_diffusers_cosmos3 if cosmos3 else part_diffusers_cosmos
+                   if cosmos else part_diffusers_hv15 if hv15 else part_diffusers_hv if hv else part_diffusers)
             r = run(args.model, args.steps)
     except Exception as e:  # keep the other parts' results: record the failure
         import traceback

@@ -20,13 +20,15 @@ numpy: frequencies ``theta^linspace(0, 1, n) * pi / 2`` in float64 rounded to fl
 ``generate_freq_grid_np``), positions and angles in float32, as upstream and diffusers do; they stay float32 in a
 bf16 run (upstream casts them to the compute dtype; diffusers keeps float32).
 
-Not covered here: attention masks (text, self, cross), STG perturbation, ``isolate_modalities``, explicit
-coordinates, sharding and offload.
+:func:`_forward` is :func:`prologue`, :func:`run_blocks` and :func:`epilogue`; the block is written against a
+:class:`BlockParallel` (one device by default), so the mesh and offload programs of
+:mod:`vidax.models.ltx2.block_loop` run the same block inside ``shard_map`` and on chunks of the stack.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ import numpy as np
 from vidax.core.attention import AttentionImpl, attention
 from vidax.core.layers import layer_norm, linear
 from vidax.core.mmdit import time_proj
+from vidax.core.parallel import ShardContext
 from vidax.core.params import ParamSpec, SpecTree, linear_spec
 from vidax.models.ltx2.config import LTX2TransformerConfig
 
@@ -71,10 +74,10 @@ def _attention_specs(cfg: LTX2TransformerConfig, name: str) -> dict:
             "to_k": linear_spec(kv_dim, inner, ("embed", "heads"), layers=n, bias=cfg.attention_bias),
             "to_v": linear_spec(kv_dim, inner, ("embed", "heads"), layers=n, bias=cfg.attention_bias),
             "to_out": linear_spec(inner, q_dim, ("heads", "embed"), layers=n, bias=cfg.attention_out_bias),
-            "norm_q": {"scale": ParamSpec((n, inner), fp32=True, axes=("layers", None))},
-            "norm_k": {"scale": ParamSpec((n, inner), fp32=True, axes=("layers", None))}}
+            "norm_q": {"scale": ParamSpec((n, inner), fp32=True, axes=("layers", "heads"))},
+            "norm_k": {"scale": ParamSpec((n, inner), fp32=True, axes=("layers", "heads"))}}
     if gated:
-        spec["to_gate_logits"] = linear_spec(q_dim, heads, ("embed", None), layers=n)
+        spec["to_gate_logits"] = linear_spec(q_dim, heads, ("embed", "heads"), layers=n)
     return spec
 
 
@@ -247,22 +250,50 @@ def _rms(x: jax.Array, scale: jax.Array | None = None, eps: float = 1e-6) -> jax
     return y if scale is None else y * scale.astype(jnp.float32)
 
 
+def _rms_heads(x: jax.Array, scale: jax.Array, eps: float, par: ShardContext, full: int) -> jax.Array:
+    """RMSNorm across all heads (``full`` features) of float32 ``x`` whose last axis may be this tensor shard's
+    slice (the mean of squares summed over ``tensor``); on one device exactly :func:`_rms`."""
+    if par.tensor is None:
+        return _rms(x, scale, eps)
+    ss = par.psum_tensor(jnp.sum(jnp.square(x), axis=-1, keepdims=True))
+    return x * jax.lax.rsqrt(ss / full + eps) * scale.astype(jnp.float32)
+
+
+def _tp(par: ShardContext) -> int:
+    return 1 if par.tensor is None else jax.lax.axis_size(par.tensor)
+
+
 def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_type: str, impl,
-            q_rope=None, k_rope=None, bias=None, perturb=None) -> jax.Array:
+            q_rope=None, k_rope=None, bias=None, perturb=None, par: ShardContext = ShardContext(),
+            kv_valid: int | None = None) -> jax.Array:
     """``LTX2Attention`` with ``LTX2AudioVideoAttnProcessor``: float32 ``x (B, S, Dq)`` attends float32
     ``ctx (B, L, Dkv)``; returns float32 ``(B, S, Dq)``. ``perturb``: ``(on, mask (B,))`` of
-    ``LTX2PerturbedAttnProcessor`` (STG): where ``on``, the attention output becomes ``lerp(v, out, mask)``."""
+    ``LTX2PerturbedAttnProcessor`` (STG): where ``on``, the attention output becomes ``lerp(v, out, mask)``.
+
+    Inside ``shard_map`` (``par``): the projections hold this tensor shard's ``heads / tp`` heads (q/k RMSNorm
+    across all heads by a ``psum``; ``to_out`` row-parallel); with ``par.sequence`` both ``x`` and ``ctx`` are
+    split by tokens and attention runs in :meth:`ShardContext.to_attention`'s layout (Ulysses ``all_to_all``, or
+    keys / values all-gathered); ``kv_valid``: the real key count when ``ctx``'s tokens are zero-padded (the padded
+    keys are masked)."""
     dtype = p["to_q"]["kernel"].dtype
     xd, cd = x.astype(dtype), ctx.astype(dtype)
-    q = _rms(linear(p["to_q"], xd, jnp.float32), p["norm_q"]["scale"], eps)
-    k = _rms(linear(p["to_k"], cd, jnp.float32), p["norm_k"]["scale"], eps)
+    q = linear(p["to_q"], xd, jnp.float32)
+    k = linear(p["to_k"], cd, jnp.float32)
+    full = q.shape[-1] * _tp(par)
+    q = _rms_heads(q, p["norm_q"]["scale"], eps, par, full)
+    k = _rms_heads(k, p["norm_k"]["scale"], eps, par, full)
     v = linear(p["to_v"], cd)
     if q_rope is not None:
         q, k = _rotate(q, q_rope, rope_type), _rotate(k, k_rope, rope_type)
     b, s, w = q.shape
-    o = attention(q.astype(dtype).reshape(b, s, heads, -1), k.astype(dtype).reshape(b, k.shape[1], heads, -1),
-                  v.reshape(b, v.shape[1], heads, -1), implementation=impl,
+    heads = heads // _tp(par)
+    qh, kh, vh = (q.astype(dtype).reshape(b, s, heads, -1), k.astype(dtype).reshape(b, k.shape[1], heads, -1),
+                  v.reshape(b, v.shape[1], heads, -1))
+    qh, kh, vh = par.to_attention(qh, kh, vh)
+    lengths = None if kv_valid is None else jnp.full((b,), kv_valid, jnp.int32)
+    o = attention(qh, kh, vh, implementation=impl, kv_lengths=lengths,
                   bias=None if bias is None else (bias[:, None] if bias.ndim == 3 else bias[:, None, None, :]))
+    o = par.from_attention(o)
     if perturb is not None:
         on, pm = perturb
         o32, v32 = o.reshape(b, s, w).astype(jnp.float32), v.astype(jnp.float32)
@@ -271,13 +302,31 @@ def _attend(p: dict, x: jax.Array, ctx: jax.Array, heads: int, eps: float, rope_
     if "to_gate_logits" in p:
         gates = 2.0 * jax.nn.sigmoid(linear(p["to_gate_logits"], xd, jnp.float32))
         o = (o.astype(jnp.float32) * gates[..., None]).astype(dtype)
-    return linear(p["to_out"], o.reshape(b, s, w), jnp.float32)
+    return par.row_linear(p["to_out"], o.reshape(b, s, w), jnp.float32)
 
 
-def _ff(p: dict, x: jax.Array) -> jax.Array:
+def _ff(p: dict, x: jax.Array, par: ShardContext = ShardContext()) -> jax.Array:
     dtype = p["proj_in"]["kernel"].dtype
     g = jax.nn.gelu(linear(p["proj_in"], x.astype(dtype), jnp.float32), approximate=True)
-    return linear(p["proj_out"], g.astype(dtype), jnp.float32)
+    return par.row_linear(p["proj_out"], g.astype(dtype), jnp.float32)
+
+
+@dataclass(frozen=True)
+class BlockParallel:
+    """How a block runs inside ``shard_map`` (:mod:`vidax.models.ltx2.block_loop`); the default is one device.
+
+    Attributes:
+      video: the :class:`ShardContext` of the attention over video tokens with the video heads (``attn1``).
+      audio: that of the attentions with the audio heads over split tokens (``audio_attn1``, ``audio_to_video_attn``,
+        ``video_to_audio_attn``): its ``ulysses`` is whether sp divides the audio heads per tensor shard.
+      video_tokens, audio_tokens: the real token counts when a stream is zero-padded to a multiple of sp (the padded
+        keys are masked in every attention that reads them), else None.
+    """
+
+    video: ShardContext = ShardContext()
+    audio: ShardContext = ShardContext()
+    video_tokens: int | None = None
+    audio_tokens: int | None = None
 
 
 def _mod(table: jax.Array, emb: jax.Array) -> list[jax.Array]:
@@ -290,13 +339,17 @@ def _mod(table: jax.Array, emb: jax.Array) -> list[jax.Array]:
 
 def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, cond: dict, ropes: dict,
           cfg: LTX2TransformerConfig, impl, text_bias=None, audio_text_bias=None, perturb=None,
-          cross_modal: bool = True, self_bias=None) -> tuple[jax.Array, jax.Array]:
+          cross_modal: bool = True, self_bias=None,
+          par: BlockParallel = None) -> tuple[jax.Array, jax.Array]:
     """One ``LTX2VideoTransformerBlock`` (``use_a2v_cross_attention`` and ``use_v2a_cross_attention`` on, no masks)
     on float32 video ``x (B, S, D)`` and audio ``a (B, T, Da)``; ``cond``: the embeddings of
     :func:`_conditioning`; ``text_bias`` / ``audio_text_bias``: optional float32 ``(B, L)`` additive scores of the
     text cross-attentions; ``perturb``: ``(on, mask)`` STG of both self-attentions; ``cross_modal`` false:
     ``isolate_modalities``; ``self_bias``: optional float32 ``(B, S, S)`` additive scores of the video
-    self-attention. Returns the updated float32 streams."""
+    self-attention; ``par``: the :class:`BlockParallel` of a ``shard_map`` body (default: one device). Returns
+    the updated float32 streams."""
+    par = par or BlockParallel()
+    pv, pa, pt = par.video, par.audio, ShardContext(tensor=par.video.tensor)
     eps, rt = cfg.norm_eps, cfg.rope_type
     h, ha = cfg.num_attention_heads, cfg.audio_num_attention_heads
     vm = _mod(p["scale_shift_table"], cond["temb"])
@@ -304,10 +357,10 @@ def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, 
     with jax.named_scope("self_attention"):
         xn = _rms(x, None, eps) * (1 + vm[1]) + vm[0]
         x = x + _attend(p["attn1"], xn, xn, h, eps, rt, impl, ropes["video"], ropes["video"], bias=self_bias,
-                        perturb=perturb) * vm[2]
+                        perturb=perturb, par=pv, kv_valid=par.video_tokens) * vm[2]
         an = _rms(a, None, eps) * (1 + am[1]) + am[0]
         a = a + _attend(p["audio_attn1"], an, an, ha, eps, rt, impl, ropes["audio"], ropes["audio"],
-                        perturb=perturb) * am[2]
+                        perturb=perturb, par=pa, kv_valid=par.audio_tokens) * am[2]
     with jax.named_scope("text_cross_attention"):
         if cfg.prompt_modulation:
             if cfg.prompt_adaln:
@@ -321,12 +374,12 @@ def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, 
         xn = _rms(x, None, eps)
         if cfg.cross_attn_mod:
             xn = xn * (1 + vm[7]) + vm[6]
-        o = _attend(p["attn2"], xn, ctx, h, eps, rt, impl, bias=text_bias)
+        o = _attend(p["attn2"], xn, ctx, h, eps, rt, impl, bias=text_bias, par=pt)
         x = x + (o * vm[8] if cfg.cross_attn_mod else o)
         an = _rms(a, None, eps)
         if cfg.audio_cross_attn_mod:
             an = an * (1 + am[7]) + am[6]
-        o = _attend(p["audio_attn2"], an, actx, ha, eps, rt, impl, bias=audio_text_bias)
+        o = _attend(p["audio_attn2"], an, actx, ha, eps, rt, impl, bias=audio_text_bias, par=pt)
         a = a + (o * am[8] if cfg.audio_cross_attn_mod else o)
     if cross_modal:
         with jax.named_scope("audio_video_cross_attention"):
@@ -337,14 +390,16 @@ def block(p: dict, x: jax.Array, a: jax.Array, ctx: jax.Array, actx: jax.Array, 
             a2v_gate = _mod(vt[4:], cond["video_ca_gate"])[0]
             v2a_gate = _mod(at[4:], cond["audio_ca_gate"])[0]
             o = _attend(p["audio_to_video_attn"], xn * (1 + v_a2v_scale) + v_a2v_shift,
-                        an * (1 + a_a2v_scale) + a_a2v_shift, ha, eps, rt, impl, ropes["ca_video"], ropes["ca_audio"])
+                        an * (1 + a_a2v_scale) + a_a2v_shift, ha, eps, rt, impl, ropes["ca_video"], ropes["ca_audio"],
+                        par=pa, kv_valid=par.audio_tokens)
             x = x + a2v_gate * o
             o = _attend(p["video_to_audio_attn"], an * (1 + a_v2a_scale) + a_v2a_shift,
-                        xn * (1 + v_v2a_scale) + v_v2a_shift, ha, eps, rt, impl, ropes["ca_audio"], ropes["ca_video"])
+                        xn * (1 + v_v2a_scale) + v_v2a_shift, ha, eps, rt, impl, ropes["ca_audio"], ropes["ca_video"],
+                        par=pa, kv_valid=par.video_tokens)
             a = a + v2a_gate * o
     with jax.named_scope("feed_forward"):
-        x = x + _ff(p["ff"], _rms(x, None, eps) * (1 + vm[4]) + vm[3]) * vm[5]
-        a = a + _ff(p["audio_ff"], _rms(a, None, eps) * (1 + am[4]) + am[3]) * am[5]
+        x = x + _ff(p["ff"], _rms(x, None, eps) * (1 + vm[4]) + vm[3], pt) * vm[5]
+        a = a + _ff(p["audio_ff"], _rms(a, None, eps) * (1 + am[4]) + am[3], pt) * am[5]
     return x, a
 
 
@@ -393,11 +448,10 @@ def _caption(p: dict, x: jax.Array) -> jax.Array:
     return linear(p["linear_2"], g.astype(dtype), jnp.float32)
 
 
-@partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep", "isolate_modalities"))
-def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes, text_bias,
-             audio_text_bias, stg, self_bias, *,
-             cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool, isolate_modalities: bool):
-    impl = AttentionImpl(attention_impl)
+def prologue(params: dict, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, keyframes, *,
+             cfg: LTX2TransformerConfig, use_cross_timestep: bool) -> tuple:
+    """:func:`_forward` before the blocks: float32 ``(x (B, S, D), a (B, T, Da), ctx, actx, cond)`` (``cond``: the
+    embeddings of :func:`_conditioning`)."""
     cond = _conditioning(params, cfg, timestep, audio_timestep, sigma, audio_sigma, use_cross_timestep)
     x = linear(params["proj_in"], x.astype(params["proj_in"]["kernel"].dtype), jnp.float32)
     a = linear(params["audio_proj_in"], a.astype(params["audio_proj_in"]["kernel"].dtype), jnp.float32)
@@ -407,18 +461,44 @@ def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sig
     ctx, actx = ctx.astype(jnp.float32), actx.astype(jnp.float32)
     if cfg.use_prompt_embeddings:
         ctx, actx = _caption(params["caption_projection"], ctx), _caption(params["audio_caption_projection"], actx)
+    return x, a, ctx, actx, cond
+
+
+def run_blocks(blocks: dict, x, a, ctx, actx, cond, ropes, text_bias, audio_text_bias, flags, perturbation_mask,
+               self_bias, *, cfg: LTX2TransformerConfig, impl: AttentionImpl, isolate_modalities: bool,
+               par: BlockParallel | None = None) -> tuple[jax.Array, jax.Array]:
+    """The stacked ``blocks`` (all, or a chunk) under one ``lax.scan`` on the float32 streams; ``flags``: None or
+    bool ``(layers,)`` the STG blocks of this stack, ``perturbation_mask`` ``(B,)``; ``par``: inside ``shard_map``
+    (:class:`BlockParallel`)."""
 
     def step(carry, xs):
         blk, on = xs
-        perturb = None if stg is None else (on, stg[1])
+        perturb = None if flags is None else (on, perturbation_mask)
         return block(blk, *carry, ctx, actx, cond, ropes, cfg, impl, text_bias, audio_text_bias, perturb,
-                     not isolate_modalities, self_bias), None
+                     not isolate_modalities, self_bias, par), None
 
-    flags = None if stg is None else stg[0]
-    (x, a), _ = jax.lax.scan(step, (x, a), (params["blocks"], flags))
+    (x, a), _ = jax.lax.scan(step, (x, a), (blocks, flags))
+    return x, a
+
+
+def epilogue(params: dict, x, a, cond) -> tuple[jax.Array, jax.Array]:
+    """:func:`_forward` after the blocks: the output heads, float32 ``(video, audio)``."""
     out = _head(params["scale_shift_table"], cond["emb"], params["proj_out"], x)
     aout = _head(params["audio_scale_shift_table"], cond["emb_audio"], params["audio_proj_out"], a)
     return out, aout
+
+
+@partial(jax.jit, static_argnames=("cfg", "attention_impl", "use_cross_timestep", "isolate_modalities"))
+def _forward(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma, ropes, keyframes, text_bias,
+             audio_text_bias, stg, self_bias, *,
+             cfg: LTX2TransformerConfig, attention_impl: str, use_cross_timestep: bool, isolate_modalities: bool):
+    impl = AttentionImpl(attention_impl)
+    x, a, ctx, actx, cond = prologue(params, x, a, ctx, actx, timestep, audio_timestep, sigma, audio_sigma,
+                                     keyframes, cfg=cfg, use_cross_timestep=use_cross_timestep)
+    flags, pm = (None, None) if stg is None else stg
+    x, a = run_blocks(params["blocks"], x, a, ctx, actx, cond, ropes, text_bias, audio_text_bias, flags, pm,
+                      self_bias, cfg=cfg, impl=impl, isolate_modalities=isolate_modalities)
+    return epilogue(params, x, a, cond)
 
 
 def _per_sample(v: Any, b: int, name: str, tokens: int | None = None) -> jax.Array:
@@ -445,7 +525,7 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
             isolate_modalities: bool = False, spatio_temporal_guidance_blocks: Any = None,
             perturbation_mask: Any = None, video_self_attention_mask: Any = None,
             attention_impl: AttentionImpl | str = AttentionImpl.XLA,
-            precision: str | None = "highest") -> tuple[jax.Array, jax.Array]:
+            precision: str | None = "highest", program: Any = None) -> tuple[jax.Array, jax.Array]:
     """``LTX2VideoTransformer3DModel.forward`` (every input but the a2v / v2a / audio self-attention masks, which
     the reference's forward never passes either).
 
@@ -475,6 +555,8 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
       video_coords, audio_coords: optional explicit RoPE positions, ``(B, 3, S, 2)`` / ``(B, 1, T, 2)`` (or without
         ``B``, shared) ``[start, end)`` bounds as ``prepare_video_coords`` / ``prepare_audio_coords`` give them;
         they take precedence over the grid arguments, as in the reference.
+      program: the device program, called as :func:`_forward` (default :func:`_forward`; a mesh / offload program of
+        :func:`vidax.models.ltx2.block_loop.make_forward`, then ``params`` is its ``.params``).
 
     Returns:
       float32 ``(video (B, F*H*W, out_channels), audio (B, audio_num_frames, audio_out_channels))``.
@@ -568,7 +650,7 @@ def forward(params: dict, cfg: LTX2TransformerConfig, hidden_states: Any, audio_
     ropes = jax.tree_util.tree_map(jnp.asarray, ropes)
     ctx = contextlib.nullcontext() if precision is None else jax.default_matmul_precision(precision)
     with ctx:
-        return _forward(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
+        return (program or _forward)(params, jnp.asarray(hidden_states), jnp.asarray(audio_hidden_states),
                         jnp.asarray(encoder_hidden_states), jnp.asarray(audio_encoder_hidden_states), t, at, sg, asg,
                         ropes, kf, *masks, stg, self_bias, cfg=cfg, isolate_modalities=bool(isolate_modalities),
                         attention_impl=AttentionImpl(attention_impl).value,
