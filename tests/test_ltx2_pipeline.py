@@ -332,6 +332,7 @@ def test_load_component_names_and_order(tiny):
     from vidax.checkpoint.errors import CheckpointError
     with pytest.raises(CheckpointError, match="not an LTX-2 folder"):
         load_component(tiny["root"], "vae")
-    for kw in (dict(tp=2), dict(offload_chunk=1)):
-        with pytest.raises(ValueError):
+    for kw, match in ((dict(tp=3), "tp"), (dict(offload_chunk=0), "offload_chunk"),
+                      (dict(block_loop="unrolled"), "block_loop")):  # before any weight is read
+        with pytest.raises(ValueError, match=match):
             OurPipeline.from_pretrained(tiny["root"] / "model", **kw)

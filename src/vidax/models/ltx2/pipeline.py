@@ -307,29 +307,37 @@ class LTX2Pipeline:
             embedders and norm scales stay float32). The Gemma text tower uses it too.
           vae_dtype: the video VAE's dtype. The audio VAE and the vocoder are float32.
           attention: attention implementation (:mod:`vidax.core.attention`; None: ``auto``).
-          dp, tp, sp, offload_chunk, offload_overlap, block_loop: the transformer program's mesh / offloading
-            (accepted for the common interface; only the single-device resident program is wired yet).
+          dp, tp, sp: the transformer's ``(data, tensor, sequence)`` mesh (:mod:`vidax.models.ltx2.sharding`: heads
+            and FFN widths of both streams over ``tensor``, video and audio tokens over ``sequence``, the batch over
+            ``data``); its weights are read already sharded. The text tower and the VAEs run on one device.
+          offload_chunk: keep the transformer's blocks in host memory and stream them to the devices this many at a
+            time (None: resident); offload_overlap: copy the next chunk while one computes.
+          block_loop: ``"scan"``, ``"host"`` or ``"auto"`` / None (host loop on CPU, scan elsewhere)
+            (:func:`vidax.models.ltx2.block_loop.plans_for`).
           text_encoder_residency: ``"free"`` (Gemma freed after each encoding, reloaded from the files),
             ``"resident"``, ``"auto"`` / None (freed on accelerators).
           progress: show the loading stage. compile_cache: JAX's persistent compilation cache.
 
         Raises:
-          ValueError: a mesh size above 1, offloading, or an unknown ``block_loop`` (not wired yet); a bad dtype;
-            before any weight is read. CheckpointError: missing or mismatched components (named).
+          ValueError: a mesh the model cannot use (tp must divide the head counts and FFN widths), more devices
+            than there are, a bad ``offload_chunk`` or ``block_loop``, a bad dtype; before any weight is read.
+          CheckpointError: missing or mismatched components (named).
         """
+        from vidax.core.sharding import optional_mesh
+        from vidax.models.ltx2 import block_loop as ltx_loop
         from vidax.models.ltx2 import loading
+        from vidax.models.ltx2 import sharding as ltx_sharding
         from vidax.models.ltx2 import vae as lvae
+        from vidax.models.ltx2.layout import resolve_checkpoint
 
         for name, v in (("dp", dp), ("tp", tp), ("sp", sp)):
             if not is_integer(v) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-            if v > 1:
-                raise ValueError(f"{name}={v}: the LTX-2 pipeline runs on one device for now (mesh variants of the "
-                                 "transformer program are not wired yet); use dp=tp=sp=1")
-        if offload_chunk is not None:
-            raise ValueError("offload_chunk: offloading the LTX-2 transformer is not wired yet; pass None")
-        if block_loop not in (None, "auto", "scan"):
-            raise ValueError(f"block_loop={block_loop!r}: the LTX-2 pipeline has the 'scan' loop only for now")
+        loop = block_loop or "auto"
+        mesh = optional_mesh(dp, tp, sp)
+        tcfg0 = resolve_checkpoint(folder).source("transformer").cfg  # the configuration alone, no weight read
+        ltx_sharding.check_parallel(tcfg0, mesh)
+        ltx_loop.plans_for(tcfg0, offload_chunk, loop)
         residency = text_encoder_residency or "auto"
         keep_text = keep_resident(residency)
         dtype = check_dtype(dtype)
@@ -343,7 +351,9 @@ class LTX2Pipeline:
         model_type = loading.text_encoder_model_type(folder)
         crf = LTX2_5_IMAGE_CRF if model_type in ("gemma4_unified", "gemma4") else DEFAULT_IMAGE_CRF
         with as_progress(progress).stage("loading", total=6, unit="part") as stage:
-            tparams, tcfg = loading.load_component(folder, "transformer", dtype)
+            tparams, tcfg = loading.load_component(
+                folder, "transformer", dtype,
+                shardings=ltx_sharding.param_shardings(tcfg0, mesh, offload_chunk, loop))
             stage.update()
             cparams, ccfg = loading.load_component(folder, "connectors", dtype)
             stage.update()
@@ -358,11 +368,14 @@ class LTX2Pipeline:
         text = OnDemand(lambda: loading.load_component(folder, "text_encoder", dtype)[0], eparams, keep=keep_text)
         encoder = OnDemand(lambda: loading.load_component(folder, "vae", vae_dtype, parts=lvae.ENCODER_PARTS)[0],
                            keep=keep_text)
+        program = ltx_loop.make_forward(tparams, tcfg, mesh=mesh, offload_chunk=offload_chunk,
+                                        overlap=offload_overlap, block_loop=loop, attention_impl=attention)
+        tparams = getattr(program, "params", tparams)  # without "blocks" when they stream in chunks
         pipe = cls(folder, tokenizer=tokenizer, text_encoder=text, text_cfg=ecfg, connectors_params=cparams,
                    connectors_cfg=ccfg, transformer_params=tparams, transformer_cfg=tcfg, vae_params=vparams,
                    vae_cfg=vcfg, vae_encoder=encoder, audio_vae_params=aparams, audio_vae_cfg=acfg,
                    vocoder_params=voparams, vocoder_cfg=vocfg, scheduler_config=sched_config, dtype=dtype,
-                   attention=attention, image_crf=crf, vae_dtype=vae_dtype)
+                   attention=attention, image_crf=crf, vae_dtype=vae_dtype, forward=program)
         pipe.check_components()
         if not keep_text:
             text.release()
@@ -761,6 +774,7 @@ class LTX2Pipeline:
                                           lavae.unpack_latents(a, mel))
                 audio = np.asarray(wave, np.float32)
             metrics["audio_decode_s"] = time.perf_counter() - t0
+        metrics.update(self._forward.metrics() if hasattr(self._forward, "metrics") else {"block_loop": "scan"})
         finish_metrics(metrics, height=height, width=width, num_frames=frames.shape[1], num_inference_steps=steps,
                        fps=frame_rate)
         return VideoOutput(frames=frames, fps=frame_rate, metrics=metrics, latents=np.asarray(z), audio=audio,
