@@ -392,7 +392,7 @@ CONFIGS: dict[str, BenchConfig] = {
             repeats=2, parts=("sweep",),
             note="LTX-2.5 22B width (video 4096 = 32 heads x 128, audio 2048 = 32 x 64, text 4096 / 2048 from the "
                  "connectors, gated attention, cross-attention AdaLN with the prompt embedders, split RoPE), 2 of its "
-                 "48 blocks: the transformer alone (vidax's LTX-2.5 pipeline is not in this branch), one guided "
+                 "48 blocks: the transformer alone (the sampling step, where the time goes), one guided "
                  "evaluation of the CFG batch (2 rows: `LTX2Pipeline`'s cond/uncond call; its STG and modality "
                  "passes are separate calls) over 256 text tokens per stream (the negative prompt's last 96 masked) "
                  "and the audio latents of the clip's duration",
