@@ -369,6 +369,14 @@ def test_convert_gives_bit_identical_parameters(source, diffusers_folder, releas
         assert cfg == diffusers_params[name][1], name
         _same(params, diffusers_params[name][0])
     assert ckpt.tokenizer()(["a red fox"], 4)[0].tolist() == [[2, 4, 5, 6]]
+    # The converted (already stacked) blocks read straight into offload chunks, every per-block table included.
+    from vidax.models.ltx2.sharding import param_shardings
+
+    tcfg = diffusers_params["transformer"][1]
+    chunked, _ = ckpt.load("transformer", shardings=param_shardings(tcfg, None, offload_chunk=1))
+    for key in ("scale_shift_table", "audio_scale_shift_table"):
+        rows = np.concatenate([np.asarray(c) for c in chunked["blocks"][key]])
+        np.testing.assert_array_equal(rows, np.asarray(diffusers_params["transformer"][0]["blocks"][key]))
     if source == "diffusers":
         bf16 = tmp_path / "bf16"
         convert_checkpoint(src, bf16, dtype="bfloat16")

@@ -92,6 +92,12 @@ def _table(*shape: int) -> ParamSpec:
     return ParamSpec(shape, fp32=True, axes=(None,) * len(shape))
 
 
+def _block_table(layers: int, *shape: int) -> ParamSpec:
+    """A per-block AdaLN table stacked over the blocks (float32; the ``layers`` axis lets the loader place it in
+    offload chunks from any layout, an already stacked vidax file included)."""
+    return ParamSpec((layers,) + shape, fp32=True, axes=("layers",) + (None,) * len(shape))
+
+
 def transformer_specs(cfg: LTX2TransformerConfig) -> SpecTree:
     """Spec tree of ``LTX2VideoTransformer3DModel`` (blocks stacked under ``blocks``; AdaLN leaves float32)."""
     d, da, n = cfg.inner_dim, cfg.audio_inner_dim, cfg.num_layers
@@ -101,13 +107,13 @@ def transformer_specs(cfg: LTX2TransformerConfig) -> SpecTree:
                     "proj_out": linear_spec(4 * d, d, ("mlp", "embed"), layers=n, bias=cfg.ff_bias)}
     blocks["audio_ff"] = {"proj_in": linear_spec(da, 4 * da, ("embed", "mlp"), layers=n, bias=cfg.audio_ff_bias),
                           "proj_out": linear_spec(4 * da, da, ("mlp", "embed"), layers=n, bias=cfg.audio_ff_bias)}
-    blocks["scale_shift_table"] = _table(n, rows, d)
-    blocks["audio_scale_shift_table"] = _table(n, arows, da)
+    blocks["scale_shift_table"] = _block_table(n, rows, d)
+    blocks["audio_scale_shift_table"] = _block_table(n, arows, da)
     if cfg.prompt_modulation:
-        blocks["prompt_scale_shift_table"] = _table(n, 2, d)
-        blocks["audio_prompt_scale_shift_table"] = _table(n, 2, da)
-    blocks["video_a2v_cross_attn_scale_shift_table"] = _table(n, 5, d)
-    blocks["audio_a2v_cross_attn_scale_shift_table"] = _table(n, 5, da)
+        blocks["prompt_scale_shift_table"] = _block_table(n, 2, d)
+        blocks["audio_prompt_scale_shift_table"] = _block_table(n, 2, da)
+    blocks["video_a2v_cross_attn_scale_shift_table"] = _block_table(n, 5, d)
+    blocks["audio_a2v_cross_attn_scale_shift_table"] = _block_table(n, 5, da)
     specs: SpecTree = {
         "proj_in": linear_spec(cfg.in_channels, d, (None, "embed")),
         "audio_proj_in": linear_spec(cfg.audio_in_channels, da, (None, "embed")),
