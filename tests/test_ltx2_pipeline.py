@@ -160,6 +160,24 @@ def test_dev_t2v_matches_diffusers(tiny):
     assert all(k in out.metrics for k in COMMON_METRICS) and out.metrics["num_inference_steps"] == 4
 
 
+def test_default_stg_blocks_outside_a_small_model_match_diffusers(tiny):
+    """The reference's default STG blocks ([28]) on the 2-block model: diffusers perturbs nothing (its STG term is
+    0); vidax skips that pass, same frames and audio."""
+    kw = dict(height=H, width=W, num_frames=FRAMES, frame_rate=FPS, num_inference_steps=2, guidance_scale=3.0,
+              stg_scale=1.0, modality_scale=1.0, audio_guidance_scale=7.0, audio_stg_scale=1.0,
+              audio_modality_scale=1.0, max_sequence_length=L)
+    with torch.no_grad():
+        video, audio = tiny["ref"](prompt=PROMPT, negative_prompt=NEGATIVE, **kw,
+                                   latents=torch.from_numpy(tiny["latents"]),
+                                   audio_latents=torch.from_numpy(tiny["audio_latents"]),
+                                   generator=torch.Generator().manual_seed(0), output_type="np", return_dict=False)
+    out = tiny["ours"](PROMPT, NEGATIVE, **kw, latents=tiny["latents"], audio_latents=tiny["audio_latents"],
+                       progress=False)
+    _check(out, video, audio)
+    with pytest.raises(ValueError, match="not blocks of this model"):  # given blocks must exist
+        tiny["ours"](PROMPT, NEGATIVE, **kw, spatio_temporal_guidance_blocks=[28], progress=False)
+
+
 def test_dev_i2v_matches_diffusers(tiny):
     # 80 x 96: resized (bilinear) to 64 x 64 after the H.264 re-compression at the LTX-2.5 default CRF 18
     yy, xx = np.meshgrid(np.linspace(0, 1, 80), np.linspace(0, 1, 96), indexing="ij")

@@ -32,7 +32,6 @@ import math
 import os
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -449,6 +448,11 @@ class LTX2Pipeline:
         s = self.vae_params["latents_std"].astype(jnp.float32).reshape(1, -1, 1, 1, 1)
         return (jnp.asarray(latents, jnp.float32) - m) * self.vae_cfg.scaling_factor / s
 
+    def _has_diffusion_decoder(self) -> bool:
+        from vidax.models.ltx2.layout import resolve_checkpoint
+
+        return resolve_checkpoint(self.folder).has_diffusion_decoder
+
     def _pass(self, x, a, ctx, actx, timestep, audio_timestep, sigma, ropes, stg=None, isolate=False,
               use_cross_timestep=True):
         """One transformer pass through ``self._forward``."""
@@ -497,7 +501,8 @@ class LTX2Pipeline:
           num_inference_steps: dev steps (default 30). guidance_scale, stg_scale, modality_scale, guidance_rescale
             and the audio_ ones: the reference's (3, 1, 3, 0.7 / 7, 1, 3, 0.7); the audio ones default to these
             defaults, not to the video values. spatio_temporal_guidance_blocks: block indices for STG (default
-            ``[28]``; each must be a block of the model).
+            the reference's ``[28]``, dropped on a model with fewer blocks, where the reference's STG term is 0;
+            given indices must be blocks of the model).
           seed: the noise seed (JAX's PRNG: the same seed does not give the reference's torch noise).
           latents: explicit video latents ``(1, C, F, h, w)`` in the VAE's space (normalised with its statistics
             and scaling factor, as the reference does with unpacked latents); with an ``image`` the first latent
@@ -597,10 +602,14 @@ class LTX2Pipeline:
         do_stg = not distilled and (stg > 0 or astg > 0)
         do_mod = not distilled and (ms > 1 or ams > 1)
         stg_flags = None
+        if do_stg and spatio_temporal_guidance_blocks is None:
+            # The reference's default blocks that this model has. A smaller model than the release (a demo, a
+            # tiny test model) may have none: diffusers then perturbs nothing and its STG term is 0, so the pass
+            # is skipped here, the same result.
+            blocks = [b for b in DEFAULTS["spatio_temporal_guidance_blocks"] if b < tcfg.num_layers]
+            do_stg = bool(blocks)
         if do_stg:
-            blocks = DEFAULTS["spatio_temporal_guidance_blocks"] if spatio_temporal_guidance_blocks is None \
-                else spatio_temporal_guidance_blocks
-            blocks = list(blocks)
+            blocks = list(blocks if spatio_temporal_guidance_blocks is None else spatio_temporal_guidance_blocks)
             if not blocks:
                 raise ValueError("spatio_temporal_guidance_blocks is empty but STG is on (stg_scale or "
                                  "audio_stg_scale > 0): give block indices or set both scales to 0")
@@ -619,8 +628,9 @@ class LTX2Pipeline:
                 raise ValueError(f"vae_tiling must be None or an LTXVideoTiling, got {type(vae_tiling).__name__}")
         if decoder not in ("conv", "diffusion"):
             raise ValueError(f"decoder must be 'conv' (the VAE's decoder) or 'diffusion', got {decoder!r}")
-        if decoder == "diffusion" and not (Path(self.folder) / "diffusion_decoder" / "config.json").is_file():
-            raise ValueError(f"decoder='diffusion': {self.folder} has no diffusion_decoder/ folder; use the VAE's "
+        if decoder == "diffusion" and not self._has_diffusion_decoder():
+            raise ValueError(f"decoder='diffusion': {self.folder} has no diffusion decoder (a diffusion_decoder/ "
+                             "folder, or Lightricks' diffusion VAE file beside a release file); use the VAE's "
                              "decoder (decoder='conv')")
         if decoder_noise is not None and decoder != "diffusion":
             raise ValueError("decoder_noise is the diffusion decoder's; pass decoder='diffusion' with it")
