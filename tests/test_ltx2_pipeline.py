@@ -336,7 +336,7 @@ def test_bad_sizes_raise_before_running(tiny):
                       (dict(latents=np.zeros((1, 8, 3, 2, 2), np.float32)), "latents must have shape"),
                       (dict(spatio_temporal_guidance_blocks=[28]), r"\[28\] are not blocks of this model"),
                       (dict(distilled=True, guidance_scale=3.0), "without guidance"),
-                      (dict(decoder="vae"), "decoder must be"), (dict(decoder="diffusion"), "no diffusion_decoder"),
+                      (dict(decoder="vae"), "decoder must be"), (dict(decoder="diffusion"), "has no diffusion decoder"),
                       (dict(last_image=np.zeros((64, 64, 3), np.uint8)), "first frame only")):
         with pytest.raises(ValueError, match=match):
             pipe(PROMPT, **{**dict(height=H, width=W, num_frames=FRAMES, spatio_temporal_guidance_blocks=[1]), **kw})

@@ -36,6 +36,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 
 from vidax.core.attention import AttentionImpl, ran_label, recording
@@ -691,6 +692,10 @@ class LTX2Pipeline:
         video_scales = jnp.asarray([gs, stg, ms, gr], jnp.float32)
         audio_scales = jnp.asarray([ags, astg, ams, agr], jnp.float32)
         noise_key = jax.random.key(seed + ANCESTRAL_NOISE_SEED_OFFSET)
+        # The latents committed to the device from the start: a step's outputs are, and a jitted program seeing an
+        # uncommitted input at step 0 and a committed one at step 1 would compile twice.
+        mesh = getattr(self._forward, "mesh", None)  # a mesh program's outputs are replicated on its mesh
+        x, a = jax.device_put((x, a), NamedSharding(mesh, PartitionSpec()) if mesh is not None else jax.devices()[0])
         clean = x
         denoise_mask = (1.0 - keep) if keep is not None else jnp.ones((1, tokens, 1), jnp.float32)
 
