@@ -423,3 +423,26 @@ def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path,
     resolve_checkpoint(dif).load("diffusion_decoder")
     assert calls == [("release", "ltx-2.5-diffusion-vae.safetensors"), ("release", "ltx-2.5-diffusion-vae.safetensors"),
                      ("diffusers", "diffusion_decoder")]
+
+
+def test_untrusted_configuration_values_are_refused_before_loading():
+    """Sizes, numbers and metadata nesting that no release has are refused by the configuration objects, before any
+    per-layer structure is built (a connectors config.json with 10**7 layers once grew past 6 GB)."""
+    from vidax.models.ltx2 import release
+    from vidax.models.ltx2.config import LTX2TransformerConfig
+    from vidax.models.ltx2.connectors import ConnectorsConfig
+
+    for key, value in (("video_connector_num_layers", 10**7), ("audio_connector_num_layers", 10**6),
+                       ("video_connector_num_learnable_registers", 1 << 30), ("audio_connector_attention_head_dim", 0),
+                       ("video_connector_num_layers", True), ("rope_theta", float("nan"))):
+        with pytest.raises(ValueError, match=key):
+            ConnectorsConfig.from_dict({key: value})
+    for key, value in (("num_layers", 1 << 20), ("num_layers", True), ("rope_theta", float("nan")),
+                       ("norm_eps", -1.0)):
+        with pytest.raises(ValueError, match=key):
+            LTX2TransformerConfig.from_dict({key: value})
+    with pytest.raises(ValueError, match=r"metadata\['config'\]\['audio_vae'\]\['model'\] must be a JSON object"):
+        release.audio_vae_config({"config": {"audio_vae": {"model": [1]}}})
+    for theta in ("abc", "NaN", -1):
+        with pytest.raises(ValueError, match="positional_embedding_theta"):
+            release.transformer_config({"config": {"transformer": {"positional_embedding_theta": theta}}})

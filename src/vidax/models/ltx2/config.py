@@ -9,11 +9,15 @@ cross-attention: 9 modulation rows per block, a per-block prompt table), ``rope_
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, fields
 from typing import Any
 
 ROPE_TYPES = ("interleaved", "split")
 _MAX_DIM = 1 << 16
+#: The most blocks a configuration may declare (the 22B release has 48); bounds the per-block work before loading.
+MAX_LAYERS = 1024
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,14 @@ class LTX2TransformerConfig:
                      "audio_pos_embed_max_pos", "base_height", "base_width", "audio_scale_factor",
                      "audio_sampling_rate", "audio_hop_length"):
             v = getattr(self, name)
-            if not (isinstance(v, int) and 0 < v <= _MAX_DIM * 16):
-                raise ValueError(f"ltx2 transformer config: {name}={v!r} must be a positive integer")
+            top = MAX_LAYERS if name == "num_layers" else _MAX_DIM * 16
+            if not (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= top):
+                raise ValueError(f"ltx2 transformer config: {name}={v!r} must be an integer in 1..{top}")
+        for name in ("rope_theta", "norm_eps"):
+            v = getattr(self, name, None)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and math.isfinite(v) and v > 0):
+                raise ValueError(f"ltx2 transformer config: {name}={v!r} must be a finite positive number")
         if self.inner_dim > _MAX_DIM or self.audio_inner_dim > _MAX_DIM:
             raise ValueError("ltx2 transformer config: attention width over 65536")
         if self.rope_type == "split":

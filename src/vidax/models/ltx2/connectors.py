@@ -79,6 +79,18 @@ class ConnectorsConfig:
     proj_bias: bool = False
 
     def __post_init__(self):
+        bounds = {"caption_channels": 1 << 20, "text_proj_in_factor": 1 << 20, "connector_rope_base_seq_len": 1 << 20,
+                  "video_hidden_dim": 1 << 16, "audio_hidden_dim": 1 << 16}
+        for m in ("video", "audio"):
+            bounds.update({f"{m}_connector_num_attention_heads": 1024, f"{m}_connector_attention_head_dim": 1024,
+                           f"{m}_connector_num_layers": 256, f"{m}_connector_num_learnable_registers": 1 << 16})
+        for name, top in bounds.items():  # bounded before any per-layer or per-register work
+            v = getattr(self, name)
+            if not (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= top):
+                raise ValueError(f"connectors config: {name}={v!r} must be an integer in 1..{top}")
+        if not (isinstance(self.rope_theta, (int, float)) and not isinstance(self.rope_theta, bool)
+                and math.isfinite(self.rope_theta) and self.rope_theta > 0):
+            raise ValueError(f"connectors config: rope_theta={self.rope_theta!r} must be a finite positive number")
         if self.rope_type not in ROPE_TYPES:
             raise ValueError(f"connectors config: rope_type {self.rope_type!r} is not one of {ROPE_TYPES}")
         for m in ("video", "audio"):
@@ -89,10 +101,6 @@ class ConnectorsConfig:
             if self.width(m) != self.proj_width(m):
                 raise ValueError(f"connectors config: the {m} projection gives {self.proj_width(m)} channels but its "
                                  f"connector is {self.width(m)} wide")
-        for name in ("caption_channels", "text_proj_in_factor", "connector_rope_base_seq_len"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and 0 < v <= 1 << 20):
-                raise ValueError(f"connectors config: {name}={v!r} must be a positive integer")
 
     def heads(self, m: str) -> int:
         return getattr(self, f"{m}_connector_num_attention_heads")

@@ -33,6 +33,8 @@ shapes; everything the translation gets wrong fails the strict load, naming the 
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 import re
 from pathlib import Path
@@ -197,10 +199,39 @@ def resolve_release(folder: Path):
 
 
 def _section(meta: dict, name: str, path: Any) -> dict:
-    section = meta.get("config", {}).get(name, {})
+    section = _sub(meta, "config", name)
     if not isinstance(section, dict):
         raise CheckpointError(f"{path}: the metadata's config[{name!r}] is not an object")
     return section
+
+
+def _sub(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...`` of the metadata, ``{}`` where a key is absent.
+
+    Raises:
+      ValueError: a level that is not a JSON object (named).
+    """
+    where = "metadata"
+    for key in keys:
+        if not isinstance(d, dict):
+            raise ValueError(f"release metadata: {where} must be a JSON object, got {excerpt(d)}")
+        d, where = d.get(key, {}), f"{where}[{key!r}]"
+    return d
+
+
+def _number(value: Any, what: str) -> float:
+    """A finite positive number of the metadata (a numeric string accepted, as upstream's ``float()``).
+
+    Raises:
+      ValueError: anything else, named.
+    """
+    try:
+        v = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"release metadata: {what}={excerpt(value)} must be a finite positive number")
+    return v
 
 
 def _int(value: Any, what: str, top: int = _MAX_WIDTH) -> int:
@@ -229,7 +260,7 @@ def transformer_config(meta: dict, audio: dict | None = None) -> dict:
     Raises:
       ValueError: a setting upstream refuses or vidax does not run (named).
     """
-    t = meta.get("config", {}).get("transformer", {})
+    t = _sub(meta, "config", "transformer")
     for key, want in (("activation_fn", "gelu-approximate"), ("attention_bias", True), ("qk_norm", "rms_norm"),
                       ("norm_elementwise_affine", False), ("positional_embedding_type", "rope"),
                       ("use_middle_indices_grid", True), ("use_audio_video_cross_attention", True)):
@@ -249,7 +280,8 @@ def transformer_config(meta: dict, audio: dict | None = None) -> dict:
         "in_channels": t.get("in_channels", 128), "out_channels": t.get("out_channels", 128),
         "num_attention_heads": t.get("num_attention_heads", 32), "attention_head_dim": t.get("attention_head_dim", 128),
         "cross_attention_dim": t.get("cross_attention_dim", 4096), "num_layers": t.get("num_layers", 48),
-        "norm_eps": t.get("norm_eps", 1e-6), "rope_theta": float(t.get("positional_embedding_theta", 10000.0)),
+        "norm_eps": t.get("norm_eps", 1e-6),
+        "rope_theta": _number(t.get("positional_embedding_theta", 10000.0), "transformer.positional_embedding_theta"),
         "pos_embed_max_pos": max_pos[0], "base_height": max_pos[1], "base_width": max_pos[2],
         "timestep_scale_multiplier": t.get("timestep_scale_multiplier", 1000),
         "cross_attn_timestep_scale_multiplier": t.get("av_ca_timestep_scale_multiplier", 1),
@@ -275,12 +307,12 @@ def transformer_config(meta: dict, audio: dict | None = None) -> dict:
 def audio_vae_config(meta: dict) -> dict:
     """diffusers ``AutoencoderKLLTX2Audio`` config.json of ``config["audio_vae"]`` (upstream
     ``AudioDecoderConfigurator`` / ``AudioEncoderConfigurator``)."""
-    a = meta.get("config", {}).get("audio_vae", {})
-    params = a.get("model", {}).get("params", {})
-    dd = params.get("ddconfig", {})
-    stft = a.get("preprocessing", {}).get("stft", {})
-    mel = a.get("preprocessing", {}).get("mel", {})
-    mel_bins = dd.get("mel_bins") or mel.get("n_mel_channels") or a.get("variables", {}).get("mel_bins")
+    def sub(*keys: str) -> Any:
+        return _sub(meta, "config", "audio_vae", *keys)
+
+    params, dd = sub("model", "params"), sub("model", "params", "ddconfig")
+    stft, mel = sub("preprocessing", "stft"), sub("preprocessing", "mel")
+    mel_bins = dd.get("mel_bins") or mel.get("n_mel_channels") or sub("variables").get("mel_bins")
     attn = dd.get("attn_resolutions", [8, 16, 32])
     return {"_class_name": "AutoencoderKLLTX2Audio", "base_channels": dd.get("ch", 128),
             "output_channels": dd.get("out_ch", 2), "ch_mult": list(dd.get("ch_mult", (1, 2, 4))),
@@ -315,10 +347,14 @@ def vocoder_config(meta: dict, in_channels: int, bwe_in_channels: int) -> dict:
     Raises:
       ValueError: a pre-2.3 vocoder (no ``bwe``), or a setting upstream refuses.
     """
-    v = meta.get("config", {}).get("vocoder", {})
+    v = _sub(meta, "config", "vocoder")
     if "bwe" not in v:
         raise ValueError("release metadata: a vocoder without bandwidth extension (LTX-2.0) is not supported")
-    first, bwe = v.get("vocoder", {}), v["bwe"]
+    first, bwe = _sub(v, "vocoder"), _sub(v, "bwe")
+    missing = [k for k in ("n_fft", "hop_length", "num_mels", "input_sampling_rate", "output_sampling_rate")
+               if k not in bwe]
+    if missing:
+        raise ValueError(f"release metadata: config['vocoder']['bwe'] lacks {missing}")
     out = {"_class_name": "LTX2VocoderWithBWE", **_stage(first, "", in_channels),
            **_stage(bwe, "bwe_", bwe_in_channels),
            "final_act_fn": "tanh" if first.get("use_tanh_at_final", True) else None, "bwe_final_act_fn": None,
@@ -376,7 +412,7 @@ def vae_config(meta: dict, conv_in_width: int) -> dict:
       ValueError: a block structure diffusers' VAE cannot express, a diffusion-decoder VAE (``_class_name`` other
         than ``CausalVideoAutoencoder``), or a setting upstream refuses.
     """
-    c = meta.get("config", {}).get("vae", {})
+    c = _sub(meta, "config", "vae")
     if c.get("_class_name", "CausalVideoAutoencoder") != "CausalVideoAutoencoder":
         raise ValueError(f"release metadata: vae._class_name {excerpt(c.get('_class_name'))} is not the convolutional "
                          "CausalVideoAutoencoder (a diffusion VAE file is the diffusion decoder: put it beside the "
