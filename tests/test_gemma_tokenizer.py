@@ -69,3 +69,16 @@ def test_matches_upstream(tmp_path, adds_bos):
         np.testing.assert_array_equal(mask, d_mask)
     else:  # without it diffusers' rows have no <bos> (upstream prepends one): the documented departure
         assert not (d_ids[d_mask == 1] == 2).any() and (ids[:, -1] != 2).any()
+
+
+def test_unreadable_files_are_named(tmp_path):
+    from vidax.checkpoint.errors import CheckpointError
+
+    _write(tmp_path, False)
+    (tmp_path / "tokenizer_config.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(CheckpointError, match="tokenizer_config.json: not UTF-8"):
+        GemmaTokenizer.from_folder(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="tokenizer.json: not a valid tokenizer file"):
+        GemmaTokenizer.from_folder(tmp_path)

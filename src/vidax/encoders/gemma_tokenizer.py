@@ -13,7 +13,6 @@ followed.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vidax.checkpoint.errors import CheckpointError
+from vidax.core.config_values import read_json
 from tokenizers import Tokenizer as _HFTokenizer
 
 #: upstream ``gemma_assets.TOKENIZER_MAX_LENGTH``; diffusers' ``max_sequence_length`` default.
@@ -32,6 +32,9 @@ def _content(value) -> str | None:
         value = value.get("content")
     return value if isinstance(value, str) else None
 
+
+#: The largest ``tokenizer.json`` read (Gemma 4's is about 32 MB).
+MAX_TOKENIZER_BYTES = 256 << 20
 
 class GemmaTokenizer:
     """Left-padded fixed-length batches, as LTX-2 tokenizes for its Gemma text encoder.
@@ -60,14 +63,19 @@ class GemmaTokenizer:
         """Load ``tokenizer.json`` and the special tokens of ``tokenizer_config.json`` (diffusers' ``tokenizer/``).
 
         Raises:
-          FileNotFoundError: no ``tokenizer.json``. CheckpointError: one the tokenizers library cannot read.
+          FileNotFoundError: no ``tokenizer.json``. CheckpointError: one the tokenizers library cannot read, or over
+            :data:`MAX_TOKENIZER_BYTES`; a ``tokenizer_config.json`` that is not a JSON object (file named).
         """
         folder = Path(folder)
         path = folder / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: tokenizer file not found (the Gemma tokenizer folder needs it)")
         config_path = folder / "tokenizer_config.json"
-        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        config = read_json(config_path) if config_path.is_file() else {}
+        size = path.stat().st_size
+        if size > MAX_TOKENIZER_BYTES:  # Gemma's is about 32 MB
+            raise CheckpointError(f"{path}: {size:,} bytes is not a tokenizer file (at most {MAX_TOKENIZER_BYTES:,}); "
+                                  "re-download the checkpoint")
         try:
             tok = _HFTokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception on a malformed file
