@@ -446,3 +446,15 @@ def test_untrusted_configuration_values_are_refused_before_loading():
     for theta in ("abc", "NaN", -1):
         with pytest.raises(ValueError, match="positional_embedding_theta"):
             release.transformer_config({"config": {"transformer": {"positional_embedding_theta": theta}}})
+
+
+def test_a_corrupt_release_file_is_named(tmp_path):
+    """A release file whose config metadata does not parse is reported as that (file named), not as an unknown
+    folder."""
+    from vidax.models.registry import family_of
+
+    save_file({"x": np.zeros(2, np.float32)}, tmp_path / "ltx-2.5-22b-dev.safetensors",
+              metadata={"config": '{"transformer": {"num_layers": 48'})
+    assert family_of(tmp_path).name == "ltx-2.5"
+    with pytest.raises(CheckpointError, match=r"ltx-2.5-22b-dev.safetensors: the metadata's config is not a JSON"):
+        resolve_checkpoint(tmp_path)

@@ -32,13 +32,13 @@ def check_sizes(height: Any, width: Any, num_frames: Any) -> None:
     """
     from vidax.core.inputs import check_video_sizes
 
-    check_video_sizes(height, width, num_frames, temporal=TEMPORAL, multiple=MULTIPLE, release_frames=121,
-                      why=" (the LTX-2 video VAE's 32x space / 8x time compression)")
     limits = (("num_frames", num_frames, MAX_FRAMES), ("height", height, MAX_SIDE), ("width", width, MAX_SIDE))
     over = [f"{name}={v} is over the {top} accepted (the generation sequence grows with it)"
-            for name, v, top in limits if v is not None and v > top]
-    if over:
+            for name, v, top in limits if isinstance(v, int) and not isinstance(v, bool) and v > top]
+    if over:  # first: the nearest valid values of a far too large size would be over the limits too
         raise ValueError("; ".join(over))
+    check_video_sizes(height, width, num_frames, temporal=TEMPORAL, multiple=MULTIPLE, release_frames=121,
+                      why=" (the LTX-2 video VAE's 32x space / 8x time compression)")
 
 
 def _checkpoint(folder: Path):

@@ -331,18 +331,22 @@ def _scheduler(folder: Path) -> dict:
 
 def is_ltx2_folder(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` is an LTX-2 checkpoint: a release folder (its single file's metadata), or a diffusers /
-    vidax folder of this family (index files only)."""
+    vidax folder of this family (index files only). A folder whose safetensors header or release metadata cannot be
+    read is claimed too, so that :func:`resolve_checkpoint` reports the file and the problem."""
     folder = Path(folder)
     try:
         if (folder / VIDAX_INDEX).is_file():
             return read_json(folder / VIDAX_INDEX).get("family") == FAMILY_NAME
         if (folder / "model_index.json").is_file():
             return read_json(folder / "model_index.json").get("_class_name") in PIPELINE_CLASSES
-        from vidax.models.ltx2.release import release_files
-
-        return bool(release_files(folder))
     except CheckpointError:
         return False
+    from vidax.models.ltx2.release import release_files
+
+    try:
+        return bool(release_files(folder))
+    except CheckpointError:  # a corrupt safetensors header or release metadata: claimed, so that
+        return True          # resolve_checkpoint names the file and the problem
 
 
 def resolve_checkpoint(folder: str | os.PathLike) -> LTX2Checkpoint:
