@@ -102,6 +102,12 @@ def test_22b_plan_tp4_resident_and_offload_chunk8():
     assert resident.phases["vae decode"] == weights + always + decode
     assert resident.peak_bytes == max(resident.phases.values()) == resident.phases["text encoder"]
     assert plan.recommended is resident and resident.fits
+    report = plan.report()
+    assert "estimated analytically" in report and "memory_analysis" not in report
+    # by default the chunks tried include the paper rows' 8 beside the halvings of the 48 blocks
+    default = lp.plan_ltx2(model, height=704, width=1216, num_frames=121, devices=4, splits=[(1, 4, 1)],
+                           memory_bytes=80 * GiB)
+    assert sorted({e.split.offload for e in default.estimates} - {None}) == [1, 3, 6, 8, 12, 24]
 
 
 def test_sequence_padding_in_the_activation_model():

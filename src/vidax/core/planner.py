@@ -359,9 +359,13 @@ class PipelinePlan:
         s = self.settings
         lines = [f"vidax plan: {s.get('model') or s.get('default_model', 'transformer')} {s['width']}x{s['height']}, "
                  f"{s['num_frames']} frames ({s['tokens']} video + {s['text_tokens']} text tokens x {s['batch']}), "
-                 f"{s['dtype']} weights, attention {s['attention']}; compiled on {self.target} in {self.seconds:.1f}s",
-                 "per-device peak = arguments + outputs + temporaries - aliased, from compiled.memory_analysis(); "
-                 "the first device also holds:"]
+                 f"{s['dtype']} weights, attention {s['attention']}; " + (
+                     f"estimated analytically in {self.seconds:.1f}s" if self.target == "analytic"
+                     else f"compiled on {self.target} in {self.seconds:.1f}s"),
+                 ("per-device peak = exact weights per shard + activations by the family planner's closed forms; "
+                  if self.target == "analytic" else
+                  "per-device peak = arguments + outputs + temporaries - aliased, from compiled.memory_analysis(); ")
+                 + "the first device also holds:"]
         for name, note in s.get("first_device_notes", []):
             lines.append(f"  {name}: {note}")
         lines += format_table(self.estimates, self.budget_bytes, self.reserve_bytes)

@@ -167,7 +167,7 @@ FAMILY = Family(
     presets=lambda: PRESETS,
     demos=(Demo("ltx-2.5", ("t2v", "i2v"), _write_demo, _demo_settings, lambda task: "ltx-2.5-demo",
                 note="LTX-2.5-style (audio-video transformer with gated attention and prompt AdaLN, Gemma 4 text "
-                     "tower, BWE vocoder: the mp4 carries a 48 kHz stereo track)"),),
+                     "tower, BWE vocoder: the mp4 carries a 48 kHz stereo track unless --no-audio)"),),
     folder_tasks=_tasks,
     plan=Plan(architecture=_architecture, plan=_plan),
     inspect=_inspect,

@@ -329,8 +329,8 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
       devices: the mesh size ``dp x tp x sp``; memory_bytes, reserve_bytes: per-device budget and what to keep free.
       guided: classifier-free guidance (2 x prompts rows per call; the dev model's 3.0) or not (the distilled model).
       prompts: prompts per call.
-      chunks: offload chunk sizes to try (default :func:`vidax.core.planner.default_chunks` of the 48 blocks: 24, 12,
-        8, 6, 4, 3, 2, 1); ``()``: none.
+      chunks: offload chunk sizes to try (default :func:`vidax.core.planner.default_chunks` of the blocks and the
+        paper rows' 8: for 48 blocks 24, 12, 8, 6, 3, 1); ``()``: none.
       splits: ``(dp, tp, sp)`` candidates (default: tp dividing the heads and FFN widths, dp the batch).
       attention: recorded in the report (the activation model counts chunked scores).
       overlap: two chunk buffers (copy during compute) or one.
@@ -361,7 +361,9 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
     if not splits:
         raise ValueError(f"no (dp, tp, sp) split of {devices} devices runs this model (heads "
                          f"{cfg.num_attention_heads} / {cfg.audio_num_attention_heads}, batch {rows})")
-    chunks = default_chunks(cfg.num_layers) if chunks is None else list(chunks)
+    if chunks is None:  # the halvings of the blocks, and the paper rows' chunk of 8 where it fits
+        chunks = sorted(set(default_chunks(cfg.num_layers)) | ({8} if cfg.num_layers > 8 else set()), reverse=True)
+    chunks = list(chunks)
     extra, notes = None, []
     if first_device:
         conn = per_device_bytes(connectors_specs(model.connectors), dtype)
