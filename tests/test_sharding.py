@@ -92,8 +92,10 @@ def test_mesh_has_three_named_axes_of_the_requested_sizes():
 
 @pytest.mark.parametrize("sizes", [(1, 2, 2), (1, 3, 3), (4, 4, 1)])
 def test_mesh_not_covering_the_devices_is_a_clear_error(sizes):
-    with pytest.raises(ValueError, match=r"dp\*tp\*sp = .* but there are 8 devices.*Splits of 8"):
+    with pytest.raises(ValueError, match=r"dp\*tp\*sp = .* but there are 8 devices.*Splits of 8") as err:
         make_mesh(*sizes)
+    # more devices than there are: on a CPU the message says how to simulate them
+    assert ("xla_force_host_platform_device_count=16" in str(err.value)) == (sizes == (4, 4, 1))
 
 
 def test_mesh_sizes_must_be_positive():

@@ -88,6 +88,8 @@ def make_mesh(dp: int = 1, tp: int = 1, sp: int = 1, *, devices: Sequence[Any] |
             f"dp*tp*sp = {dp}*{tp}*{sp} = {n}, but there are {len(devices)} devices; the mesh must use all of "
             f"them (or pass devices=jax.devices()[:{n}]). Splits of {len(devices)}: "
             + ", ".join(f"dp={a} tp={b} sp={c}" for a, b, c in _splits(len(devices)))
+            + (f". On a CPU, XLA_FLAGS=--xla_force_host_platform_device_count={n} simulates {n} devices"
+               if n > len(devices) and devices and devices[0].platform == "cpu" else "")
         )
     return jax.make_mesh((dp, tp, sp), MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
 
