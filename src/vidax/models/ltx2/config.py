@@ -143,10 +143,14 @@ class LTX2TransformerConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> LTX2TransformerConfig:
-        """Build from the ``transformer/config.json`` dict; unknown keys (``_class_name``, ...) are ignored.
+        """Build from the ``transformer/config.json`` dict; other keys (``_diffusers_version``, ...) are ignored.
 
         Raises:
-          ValueError: an unsupported setting.
+          ValueError: ``_class_name`` present and not ``LTX2VideoTransformer3DModel`` (another family's transformer
+            behind this family's pipeline); an unsupported setting.
         """
+        name = config.get("_class_name")
+        if name is not None and name != "LTX2VideoTransformer3DModel":
+            raise ValueError(f"transformer config.json is for {str(name)[:80]!r}, not 'LTX2VideoTransformer3DModel'")
         names = {f.name for f in fields(cls)}
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k in names})

@@ -81,8 +81,12 @@ class WanTransformerConfig:
         Raises:
           ValueError: a configuration this version does not run (only one of ``image_dim`` /
             ``added_kv_proj_dim``, ``added_kv_proj_dim`` other than the model width,
-            ``pos_embed_seq_len`` without ``image_dim``, an unknown ``qk_norm``), naming the key.
+            ``pos_embed_seq_len`` without ``image_dim``, an unknown ``qk_norm``), naming the key; ``_class_name``
+            present and not ``WanTransformer3DModel`` (another family's transformer behind a Wan pipeline).
         """
+        name = config.get("_class_name")
+        if name is not None and name != "WanTransformer3DModel":
+            raise ValueError(f"transformer config.json is for {str(name)[:80]!r}, not 'WanTransformer3DModel'")
         kwargs = config_values(cls, config, "transformer config")
         if "patch_size" in kwargs:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
