@@ -71,8 +71,32 @@ def test_bad_flag_values_are_refused_by_the_parser(ckpt, tmp_path, capsys, args,
     with pytest.raises(SystemExit) as e:
         _generate(ckpt, tmp_path / "v.mp4", *args)
     assert e.value.code == 2
-    assert re.search(message, capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert re.search(message, err)
+    assert err.startswith("vidax: error: ") and err.count("\n") == 1  # one line, no argparse usage block
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "--checkpoint", "x"], "the following arguments are required: --prompt "
+         "\\(`vidax generate --help` lists the options\\)$"),
+        (["generate", "--checkpoint", "x", "--prompt", "p", "--stps", "3"],
+         "unrecognized arguments: --stps 3; did you mean --steps\\? \\(`vidax generate --help`"),
+        (["demo", "--no-audo"], "unrecognized arguments: --no-audo; did you mean --no-audio\\? \\(`vidax demo --help`"),
+        (["presets", "extra"], "unrecognized arguments: extra \\(`vidax presets --help`"),
+        (["frobnicate"], "invalid choice: 'frobnicate'.* \\(`vidax --help` lists the options\\)$"),
+        ([], "the following arguments are required: command"),
+    ],
+)
+def test_command_line_errors_are_one_line_naming_the_help(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vidax: error: ") and err.count("\n") == 1, err
+    assert re.search(message, err.strip()), err
 
 
 @pytest.fixture

@@ -144,9 +144,33 @@ def _generate_epilog() -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose command-line errors are one ``vidax: error:`` line (argparse prints its whole usage
+    block first), naming the flag and where the flags are listed; exit status 2 as argparse's."""
+
+    commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str):
+        self.exit(2, f"vidax: error: {_bounded(message)} (`{self.prog} --help` lists the options)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an unknown option is reported by the command's parser (its ``--help`` named) with the
+        nearest option it takes (``--stps``: did you mean ``--steps``?)."""
+        import difflib
+
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            parser = self.commands.get(getattr(ns, "command", None), self)
+            flags = [a.split("=", 1)[0] for a in extra if a.startswith("--")]
+            near = difflib.get_close_matches(flags[0], list(parser._option_string_actions), n=1) if flags else []
+            parser.error(f"unrecognized arguments: {' '.join(extra)}"
+                         + (f"; did you mean {near[0]}?" if near else ""))
+        return ns
+
+
 def _parser() -> argparse.ArgumentParser:
     fams = registry.families()
-    p = argparse.ArgumentParser(prog="vidax", description="JAX inference for open video generation models.")
+    p = _Parser(prog="vidax", description="JAX inference for open video generation models.")
     sub = p.add_subparsers(dest="command", required=True)
     names = ", ".join(f.display for f in fams)
     g = sub.add_parser("generate", help="generate a video from a prompt (and images)", epilog=_generate_epilog(),
@@ -236,6 +260,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_output_flags(d, None)
 
     sub.add_parser("presets", help="every preset with its settings, as a table")
+    p.commands = dict(sub.choices)
     return p
 
 
@@ -824,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
                     jax.devices()
         status = commands[args.command](args)
         return status
-    except SystemExit as e:  # argparse: its usage line and message are printed already
+    except SystemExit as e:  # argparse: --help printed, or its one error line (_Parser.error)
         status = e.code if isinstance(e.code, int) else 2
         raise
     except BrokenPipeError:  # the reader of our output went away (`vidax inspect ... | head`)
