@@ -45,6 +45,24 @@ def read_json(path: str | Path) -> dict:
 MAX_JSON_BYTES = 64 << 20
 
 
+def check_class_name(config: dict[str, Any], expected: str, component: str) -> None:
+    """Refuse a ``config.json`` written for another class (another family's transformer behind this family's
+    pipeline: a hand-edited ``model_index.json``, two downloads merged), before its keys fail as unrelated value
+    errors far from the cause. A config without ``_class_name`` (diffusers' in-memory ``.config``) passes.
+
+    Args:
+      config: a parsed ``config.json``.
+      expected: the reference library's class name (``"WanTransformer3DModel"``).
+      component: the folder the file is in, for the message (``"transformer"``, ``"vae"``).
+
+    Raises:
+      ValueError: ``_class_name`` present and not ``expected``; both are named (the found one cut to 80 characters).
+    """
+    name = config.get("_class_name")
+    if name is not None and name != expected:
+        raise ValueError(f"{component} config.json is for {str(name)[:80]!r}, not {expected!r}")
+
+
 def config_values(cls: type, config: dict[str, Any], source: str) -> dict[str, Any]:
     """The entries of ``config`` that are fields of dataclass ``cls``, checked against the fields' annotations.
 

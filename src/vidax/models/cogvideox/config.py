@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 
 def _known(cls, config: dict[str, Any]) -> dict[str, Any]:
@@ -137,9 +137,7 @@ class CogVideoXTransformerConfig:
           ValueError: ``_class_name`` is not ``CogVideoXTransformer3DModel``, or an unsupported
             setting (named).
         """
-        name = config.get("_class_name")
-        if name not in (None, "CogVideoXTransformer3DModel"):
-            raise ValueError(f"transformer config.json is for {name!r}, not 'CogVideoXTransformer3DModel'")
+        check_class_name(config, "CogVideoXTransformer3DModel", "transformer")
         return cls(**_known(cls, config))
 
 
@@ -234,9 +232,7 @@ class CogVideoXVAEConfig:
         Raises:
           ValueError: ``_class_name`` is not ``AutoencoderKLCogVideoX``, or an unsupported setting.
         """
-        name = config.get("_class_name")
-        if name not in (None, "AutoencoderKLCogVideoX"):
-            raise ValueError(f"vae config.json is for {name!r}, not 'AutoencoderKLCogVideoX'")
+        check_class_name(config, "AutoencoderKLCogVideoX", "vae")
         return cls(**_known(cls, config))
 
 

@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 #: The diffusers class of a transformer ``config.json``.
 DIFFUSERS_CLASS = "Cosmos3OmniTransformer"
@@ -200,9 +200,7 @@ class Cosmos3TransformerConfig:
           ValueError: ``_class_name`` is not ``Cosmos3OmniTransformer``; a value of the wrong type (named); an
             unsupported or out-of-bounds setting (named).
         """
-        name = config.get("_class_name")
-        if name not in (None, DIFFUSERS_CLASS):
-            raise ValueError(f"transformer config.json is for {name!r}, not {DIFFUSERS_CLASS!r}")
+        check_class_name(config, DIFFUSERS_CLASS, "transformer")
         if "rope_scaling" in config and config["rope_scaling"] is not None and not isinstance(
                 config["rope_scaling"], dict):
             raise ValueError(f"{cls.__name__} (config.json): rope_scaling={config['rope_scaling']!r} should be an "

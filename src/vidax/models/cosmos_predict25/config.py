@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 #: The diffusers class of a transformer ``config.json``.
 DIFFUSERS_CLASS = "CosmosTransformer3DModel"
@@ -229,9 +229,7 @@ class CosmosTransformerConfig:
           ValueError: ``_class_name`` is not ``CosmosTransformer3DModel``; a value of the wrong type (named,
             :func:`vidax.core.config_values.config_values`); an unsupported or out-of-bounds setting (named).
         """
-        name = config.get("_class_name")
-        if name not in (None, DIFFUSERS_CLASS):
-            raise ValueError(f"transformer config.json is for {name!r}, not {DIFFUSERS_CLASS!r}")
+        check_class_name(config, DIFFUSERS_CLASS, "transformer")
         values = config_values(cls, {k: v for k, v in config.items() if k != "qk_norm_eps"},
                                f"{cls.__name__} (config.json)")
         return cls(**values)

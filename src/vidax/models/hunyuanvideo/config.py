@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 #: Values diffusers accepts for ``image_condition_type``.
 IMAGE_CONDITION_TYPES = (None, "latent_concat", "token_replace")
@@ -126,9 +126,7 @@ class HunyuanVideoTransformerConfig:
           ValueError: ``_class_name`` is not ``HunyuanVideoTransformer3DModel``; a value of the wrong type or a size
             below 1 (named, :func:`vidax.core.config_values.config_values`); an unsupported setting (named).
         """
-        name = config.get("_class_name")
-        if name not in (None, "HunyuanVideoTransformer3DModel"):
-            raise ValueError(f"transformer config.json is for {name!r}, not 'HunyuanVideoTransformer3DModel'")
+        check_class_name(config, "HunyuanVideoTransformer3DModel", "transformer")
         values = config_values(cls, config, f"{cls.__name__} (config.json)")
         extra = [f"{k}={values[k]!r} should be a positive integer" for k in ("num_single_layers", "num_refiner_layers",
                                                                              "pooled_projection_dim")

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 #: The diffusers class and the original repository's class of a transformer ``config.json``.
 DIFFUSERS_CLASS = "HunyuanVideo15Transformer3DModel"
@@ -152,8 +152,7 @@ class HunyuanVideo15TransformerConfig:
         if name == ORIGINAL_CLASS:
             raise ValueError(f"transformer config.json is the original release's {ORIGINAL_CLASS!r}: read it with "
                              "HunyuanVideo15TransformerConfig.from_original_dict")
-        if name not in (None, DIFFUSERS_CLASS):
-            raise ValueError(f"transformer config.json is for {name!r}, not {DIFFUSERS_CLASS!r}")
+        check_class_name(config, DIFFUSERS_CLASS, "transformer")
         values = config_values(cls, config, f"{cls.__name__} (config.json)")
         return cls(**values)
 

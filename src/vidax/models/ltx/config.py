@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,7 @@ class LTXVideoTransformerConfig:
           ValueError: ``_class_name`` is not ``LTXVideoTransformer3DModel``, a value of the wrong type, or
             an unsupported setting (named).
         """
-        name = config.get("_class_name")
-        if name not in (None, "LTXVideoTransformer3DModel"):
-            raise ValueError(f"transformer config.json is for {name!r}, not 'LTXVideoTransformer3DModel'")
+        check_class_name(config, "LTXVideoTransformer3DModel", "transformer")
         return cls(**config_values(cls, config, f"{cls.__name__} (config.json)"))
 
 

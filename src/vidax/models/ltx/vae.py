@@ -65,7 +65,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.checkpoint.keymap import linear as linear_rules
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import conv3d, conv_jit, layer_norm, linear, rms_norm
 from vidax.core.params import VAE_ENCODER_HINT, ParamSpec, SpecTree, require_parts, unflatten
@@ -193,9 +193,7 @@ class LTXVideoVAEConfig:
             ``AutoencoderKLLTXVideo`` argument; a value of the wrong type; an unsupported or inconsistent
             setting (the message names it).
         """
-        name = config.get("_class_name")
-        if name not in (None, "AutoencoderKLLTXVideo"):
-            raise ValueError(f"vae config.json is for {name!r}, not 'AutoencoderKLLTXVideo'")
+        check_class_name(config, "AutoencoderKLLTXVideo", "vae")
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(k for k in config if not k.startswith("_") and k not in fields)
         if unknown:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from vidax.core.config_values import check_class_name
+
 ROPE_TYPES = ("interleaved", "split")
 _MAX_DIM = 1 << 16
 #: The most blocks a configuration may declare (the 22B release has 48); bounds the per-block work before loading.
@@ -149,8 +151,6 @@ class LTX2TransformerConfig:
           ValueError: ``_class_name`` present and not ``LTX2VideoTransformer3DModel`` (another family's transformer
             behind this family's pipeline); an unsupported setting.
         """
-        name = config.get("_class_name")
-        if name is not None and name != "LTX2VideoTransformer3DModel":
-            raise ValueError(f"transformer config.json is for {str(name)[:80]!r}, not 'LTX2VideoTransformer3DModel'")
+        check_class_name(config, "LTX2VideoTransformer3DModel", "transformer")
         names = {f.name for f in fields(cls)}
         return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k in names})

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from vidax.core.config_values import config_values
+from vidax.core.config_values import check_class_name, config_values
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,7 @@ class WanTransformerConfig:
             ``pos_embed_seq_len`` without ``image_dim``, an unknown ``qk_norm``), naming the key; ``_class_name``
             present and not ``WanTransformer3DModel`` (another family's transformer behind a Wan pipeline).
         """
-        name = config.get("_class_name")
-        if name is not None and name != "WanTransformer3DModel":
-            raise ValueError(f"transformer config.json is for {str(name)[:80]!r}, not 'WanTransformer3DModel'")
+        check_class_name(config, "WanTransformer3DModel", "transformer")
         kwargs = config_values(cls, config, "transformer config")
         if "patch_size" in kwargs:
             kwargs["patch_size"] = tuple(kwargs["patch_size"])
