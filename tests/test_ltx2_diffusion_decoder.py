@@ -279,3 +279,42 @@ def test_bad_inputs(ckpt):
         dd.decode(params, cfg, z, noise=np.zeros((1, 3, 17, 16, 23), np.float32))
     with pytest.raises(ValueError, match="num_inference_steps"):
         dd.decode(params, cfg, z, num_inference_steps=0)
+
+
+def test_read_config_without_tensors(ckpt, tmp_path):
+    """The architecture of a diffusers folder and of a release VAE file (its metadata), as the loaders read it;
+    broken configurations are named errors."""
+    from safetensors.numpy import save_file
+
+    _, _, cfg, path = ckpt
+    assert dd.read_config(path) == cfg
+    release_vae = {"_class_name": "CausalDiffusionVAE", "model_output_type": "x0",
+                   "decoder": {"stage_channels": [64, 32, 32, 32, 16], "stage_depths": [1, 2, 1, 1, 2],
+                               "stage_kernels": [[3, 1, 3], [3, 3, 3], [3, 3, 5], [3, 3, 3]], "head_dim": 16,
+                               "upsamples": [[[1, 2, 2], 2], [[2, 1, 1], 1], [[2, 2, 2], 1], [[2, 1, 1], 2]],
+                               "stage5_kernel": [3, 5, 5], "patch_size": 2, "in_channels": 8, "t_emb_dim": 32,
+                               "default_num_inference_steps": 1, "timestep_scale_multiplier": 1000.0}}
+    folder = tmp_path / "release"
+    folder.mkdir()
+    save_file({"decoder.x": np.zeros(1, np.float32)}, str(folder / "vae.safetensors"),
+              metadata={"config": json.dumps({"vae": release_vae})})
+    want = dataclasses.replace(cfg, scaling_factor=1.0)
+    assert dd.read_config(folder / "vae.safetensors") == dd.read_config(folder) == want
+    save_file({"x": np.zeros(1, np.float32)}, str(tmp_path / "plain.safetensors"))
+    assert dd.read_config(tmp_path / "plain.safetensors") == dd.LTX2DiffusionDecoderConfig()  # the release's
+    for meta in ("[1]", "{\"vae\": 3}", "{not json", json.dumps({"vae": {"decoder": [1]}})):
+        save_file({"x": np.zeros(1, np.float32)}, str(tmp_path / "bad.safetensors"), metadata={"config": meta})
+        with pytest.raises(CheckpointError, match="bad.safetensors: the metadata's config"):
+            dd.read_config(tmp_path / "bad.safetensors")
+    for decoder in ({"stage_channels": 5}, {"stage_channels": []}, {"stage5_kernel": 3}, {"patch_size": 1e308}):
+        with pytest.raises(ValueError, match="release vae config|LTX2DiffusionDecoderConfig"):
+            dd.release_config({"config": json.dumps({"vae": {"decoder": decoder}})})
+    with pytest.raises(CheckpointError, match="2 found"):
+        dd.read_config(tmp_path)  # a folder of two safetensors files and no config.json
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_bytes(b"\xff{")
+    with pytest.raises(CheckpointError, match="config.json: not UTF-8"):
+        dd.read_config(broken)
+    with pytest.raises(CheckpointError, match="config.json: not UTF-8"):
+        dd.load_diffusion_decoder(broken)

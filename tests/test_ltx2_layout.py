@@ -423,6 +423,13 @@ def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path,
     resolve_checkpoint(dif).load("diffusion_decoder")
     assert calls == [("release", "ltx-2.5-diffusion-vae.safetensors"), ("release", "ltx-2.5-diffusion-vae.safetensors"),
                      ("diffusers", "diffusion_decoder")]
+    # the planner reads the decoder's architecture without its tensors (config.json, or the release file's metadata)
+    from vidax.models.ltx2.planner import folder_architecture
+
+    assert folder_architecture(dif).diffusion_decoder == diffusion_decoder.LTX2DiffusionDecoderConfig()
+    assert folder_architecture(diffusers_folder).diffusion_decoder is None
+    with pytest.raises(ValueError, match="decoder_stage_channels has 2 entries"):
+        resolve_checkpoint(rel).diffusion_decoder_config()  # the file's two widths for the default four upsamplers
 
 
 def test_untrusted_configuration_values_are_refused_before_loading():

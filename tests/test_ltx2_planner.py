@@ -86,7 +86,7 @@ def test_22b_plan_tp4_resident_and_offload_chunk8():
     first = plan.settings["first_device_notes"]
     assert first[0][0] == "text encoder"
     always = resident.phases["step"] - weights - act
-    assert 4 * GiB < always < 6 * GiB  # connectors (1.66B bf16), VAE decoder, audio VAE + vocoder float32
+    assert 5 * GiB < always < 6 * GiB  # connectors (1.66B bf16), VAE decoder, audio VAE + vocoder float32
     assert resident.phases["step"] == weights + act + always
     # offload: the non-block weights plus two chunks of 8 blocks; 48 blocks copied per call in 6 launches
     rest = weights - L * block
@@ -97,8 +97,9 @@ def test_22b_plan_tp4_resident_and_offload_chunk8():
     states = 2 * 1024 * 3840 * 49 * 4
     gemma = resident.phases["text encoder"] - weights - always - states
     assert 2 * 11.8e9 < gemma < 2 * 12.0e9
-    # the untiled video decode: float32 frames + 3 maps of 256 channels at (121, 176, 304) in bf16
-    decode = 121 * 704 * 1216 * 3 * 4 + 3 * 121 * 176 * 304 * 256 * 2
+    # the untiled video decode: float32 frames + 3 maps of 256 channels at (121, 176, 304) in the VAE's dtype (the
+    # pipeline's float32)
+    decode = 121 * 704 * 1216 * 3 * 4 + 3 * 121 * 176 * 304 * 256 * 4
     assert resident.phases["vae decode"] == weights + always + decode
     assert resident.peak_bytes == max(resident.phases.values()) == resident.phases["text encoder"]
     assert plan.recommended is resident and resident.fits
@@ -115,3 +116,96 @@ def test_sequence_padding_in_the_activation_model():
     a = lp.step_activation_bytes(cfg, 2, 13376, 126, "bfloat16", 1, 1, 4)  # audio 126 pads to 128 over sp 4
     assert a["streams"] == 2 * 2 * (13376 // 4 * D + 32 * DA) * 4
     assert math.isclose(lp.comm_bytes(cfg, 2, 13376, 126, "bfloat16", 2, 1, 1), 0)
+
+
+# -- the diffusion VAE decoder's phase ----------------------------------------------------------------------------
+
+
+def _diffusion_decode_by_hand(latent_grid, weight_bytes: int) -> int:
+    """The module docstring's closed form written out for the release decoder (stage-5 width 256, patch 4, 3 output
+    channels, strides (1,2,2) (2,1,1) (2,2,2) (2,2,2), 2 ghost latent frames cropped after): bytes of one device's
+    diffusion decode without its weights."""
+    t, h, w = latent_grid
+    f5, h5, w5 = 8 * (t - 1) + 1, 8 * h, 8 * w  # (t + 2) -> x2 -1 -> x2 -1 -> x2 -1, cropped to 8 (t - 1) + 1
+    n = f5 * h5 * w5
+    context = n * 256 * 4
+    canvas = 2 * n * 3 * 16 * 4
+    block = n * 256 * (5 * 4 + 4 * weight_bytes)
+    return context + canvas + block + 3 * (1 << 27) * 4
+
+
+def test_diffusion_decoder_phase_at_the_paper_size():
+    """The diffusion-decoder presets' decode: the release decoder's weights (counted against diffusers' class on
+    the meta device) and its stage-5 step at 1216x704, 121 frames, in place of the VAE decode."""
+    torch = pytest.importorskip("torch")
+    from diffusers import LTX2VideoDiffusionDecoderModel
+
+    from vidax.models.ltx2.diffusion_decoder import diffusion_decoder_specs
+
+    model = lp.preset_architecture("ltx-2.5-22b-dev-diffusion-decoder")
+    with torch.device("meta"):
+        ref = LTX2VideoDiffusionDecoderModel()
+    n_ref = sum(p.numel() for p in ref.parameters()) + sum(b.numel() for b in ref.buffers())
+    assert lp.per_device_bytes(diffusion_decoder_specs(model.diffusion_decoder), "float32") == 4 * n_ref
+    dd = lp.diffusion_decode_bytes(model.diffusion_decoder, (16, 22, 38), "float32")
+    assert dd["weights"] == 4 * n_ref
+    assert dd["total"] - dd["weights"] == _diffusion_decode_by_hand((16, 22, 38), 4)
+    assert 60 * GiB < dd["total"] < 70 * GiB  # 9 float32-sized maps of 121 x 176 x 304 x 256
+
+    conv = lp.plan_ltx2(model, devices=4, splits=[(1, 4, 1)], chunks=[8], memory_bytes=80 * GiB)
+    plan = lp.plan_ltx2(model, devices=4, splits=[(1, 4, 1)], chunks=[8], memory_bytes=80 * GiB, decoder="diffusion")
+    for c, e in zip(conv.estimates, plan.estimates):
+        assert "vae decode" not in e.phases and e.peak_bytes == e.phases["diffusion decode"]
+        # the transformer's weights and the rest of the pipeline as in the VAE decode's phase, the decoder instead
+        vae_decode = 121 * 704 * 1216 * 3 * 4 + 3 * 121 * 176 * 304 * 256 * 4
+        assert e.phases["diffusion decode"] - dd["total"] == c.phases["vae decode"] - vae_decode
+        assert {k: v for k, v in e.phases.items() if k != "diffusion decode"} == \
+            {k: v for k, v in c.phases.items() if k != "vae decode"}
+    resident, offload = plan.estimates
+    assert not resident.fits and offload.fits  # float32 decoders on 80 GiB: only with the paper rows' offload
+    bf16 = lp.plan_ltx2(model, devices=4, splits=[(1, 4, 1)], chunks=[], memory_bytes=80 * GiB, decoder="diffusion",
+                        vae_dtype="bfloat16")
+    assert bf16.estimates[0].fits
+    assert "diffusion decode" in plan.report()
+    tight = lp.plan_ltx2(model, devices=4, splits=[(1, 4, 1)], chunks=[8], memory_bytes=40 * GiB, decoder="diffusion")
+    assert tight.recommended is None and "--decoder conv" in tight.report()
+    # the registry's hook takes the decoder from the preset's settings
+    from vidax.models import registry
+
+    fam, preset = registry.preset("ltx-2.5-22b-distilled-diffusion-decoder")
+    hooked = fam.plan.plan(fam.plan.architecture(preset, None), height=704, width=1216, num_frames=121,
+                           dtype="bfloat16", devices=4, splits=[(1, 4, 1)], chunks=[], call=preset.settings())
+    assert "diffusion decode" in hooked.estimates[0].phases and hooked.settings["batch"] == 1
+    with pytest.raises(ValueError, match="no diffusion decoder"):
+        lp.plan_ltx2(dataclasses.replace(model, diffusion_decoder=None), devices=1, decoder="diffusion")
+    with pytest.raises(ValueError, match="decoder must be"):
+        lp.plan_ltx2(model, devices=1, decoder="tiled")
+
+
+@pytest.mark.parametrize("latent_grid,dtype", [((3, 7, 7), "bfloat16"), ((6, 16, 16), "float32")])
+def test_diffusion_decode_closed_form_bounds_xla(latent_grid, dtype):
+    """The closed form against XLA's buffer assignment of the release decoder's two programs (abstract weights, no
+    execution): stage 5's arguments (without weights), temporaries and output at least what XLA assigns and at most
+    1.3 times it; stages 1-4 (the context program) below it."""
+    import jax
+    import jax.numpy as jnp
+
+    from vidax.core.params import abstract_params
+    from vidax.models.ltx2 import diffusion_decoder as ddm
+
+    cfg = ddm._architecture(ddm.LTX2DiffusionDecoderConfig())
+    params = abstract_params(ddm.diffusion_decoder_specs(cfg), jnp.dtype(dtype))
+    est = lp.diffusion_decode_bytes(cfg, latent_grid, dtype)
+    closed = est["total"] - est["weights"]
+    assert closed == _diffusion_decode_by_hand(latent_grid, jnp.dtype(dtype).itemsize)  # (at the size floor or above)
+    z = jax.ShapeDtypeStruct((1, 128, *latent_grid), jnp.float32)
+    ctx = ddm._context_program.lower(params, cfg, z).compile().memory_analysis()
+    _, q, f5, hp, wp = ddm.canvas_shape(cfg, z.shape)
+    context = jax.ShapeDtypeStruct((1, f5, hp // 4, wp // 4, 256), jnp.float32)
+    x_t = jax.ShapeDtypeStruct((1, q, f5, hp, wp), jnp.float32)
+    step = ddm._forward_program.lower(params, cfg, context, x_t, jax.ShapeDtypeStruct((1,), jnp.float32))
+    fwd = step.compile().memory_analysis()
+    xla_step = fwd.temp_size_in_bytes + fwd.output_size_in_bytes + 4 * (math.prod(context.shape) + math.prod(x_t.shape))
+    print(f"closed form {closed / GiB:.3f} GiB, XLA {xla_step / GiB:.3f} GiB")
+    assert xla_step <= closed <= 1.3 * xla_step, (xla_step / GiB, closed / GiB)
+    assert ctx.temp_size_in_bytes + ctx.output_size_in_bytes < xla_step

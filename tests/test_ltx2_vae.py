@@ -12,6 +12,7 @@ import torch
 from diffusers import AutoencoderKLLTX2Video
 from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline
 
+from vidax.checkpoint.errors import CheckpointError
 from vidax.checkpoint.loader import plan_load
 from vidax.checkpoint.safetensors_io import CheckpointReader
 from vidax.models.ltx2 import vae as lvae
@@ -130,6 +131,13 @@ def test_config_and_argument_errors(vae):
         lvae.decode(params, cfg, np.zeros((1, 3, 2, 2, 2), np.float32))
     with pytest.raises(ValueError, match="timestep"):
         lvae.decode(params, cfg, _latents(cfg), None if cfg.timestep_conditioning else 0.05)
+
+
+
+def test_unreadable_config_is_named(tmp_path):
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="config.json: expected a JSON object"):
+        lvae.load_vae(tmp_path)
 
 
 def test_keymap_covers_checkpoint(vae):

@@ -340,7 +340,8 @@ class PipelinePlan:
       seconds: planning time.
       settings: the planned run: ``model``, ``width``, ``height``, ``num_frames``, ``tokens``, ``text_tokens``,
         ``batch``, ``dtype``, ``attention``; ``first_device_notes`` (``[(name, note)]``, printed under the header);
-        ``decode_hint`` (printed when no split fits and the VAE decode is the smallest peak).
+        ``decode_hint`` (printed when no split fits and the VAE decode, or the phase ``decode_phase`` names, is the
+        smallest peak).
       scope: what ``vidax plan`` prints after the report.
     """
 
@@ -374,7 +375,8 @@ class PipelinePlan:
             best = min(fitting, key=lambda e: e.peak_bytes) if fitting else None
             lines.append("recommended: none fits" + (f"; the smallest peak is {best.split.label()} "
                                                     f"({format_bytes(best.peak_bytes)})" if best else ""))
-            if best is not None and best.phases.get("vae decode", 0) == best.peak_bytes and s.get("decode_hint"):
+            decode = s.get("decode_phase", "vae decode")
+            if best is not None and best.phases.get(decode, 0) == best.peak_bytes and s.get("decode_hint"):
                 lines.append(f"  ({s['decode_hint']})")
         else:
             lines.append(f"recommended: {self.recommended.split.label()} "

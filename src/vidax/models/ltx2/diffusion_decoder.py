@@ -71,7 +71,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule
 from vidax.checkpoint.keymap import linear as linear_rules
-from vidax.core.config_values import config_values
+from vidax.core.config_values import config_values, read_json
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import linear, rms_norm
 from vidax.core.params import ParamSpec, SpecTree, unflatten
@@ -241,6 +241,13 @@ class LTX2DiffusionDecoderConfig:
         d = vae.get("decoder", vae)
         if not isinstance(d, dict):
             raise ValueError("release vae config: 'decoder' must be an object")
+        try:
+            return cls._from_release(vae, d)
+        except (TypeError, IndexError, OverflowError) as e:  # a list where a number belongs, or the reverse
+            raise ValueError(f"release vae config: a value of the wrong type or size ({e})") from None
+
+    @classmethod
+    def _from_release(cls, vae: dict[str, Any], d: dict[str, Any]) -> LTX2DiffusionDecoderConfig:
         channels = tuple(d.get("stage_channels", (1024, 512, 256, 256, 128)))
         ups = d.get("upsamples", ((((1, 2, 2), 2), ((2, 1, 1), 2), ((2, 2, 2), 1), ((2, 2, 2), 2))))
         try:
@@ -386,13 +393,14 @@ def load_diffusion_decoder(folder: str | os.PathLike,
       dtype: compute dtype of the linear layers (float32 leaves stay float32).
 
     Raises:
-      ValueError: an unsupported configuration. CheckpointError: tensors that do not match it.
+      ValueError: an unsupported configuration. CheckpointError: an unreadable ``config.json``; tensors that do not
+        match the configuration.
     """
     from vidax.checkpoint.loader import load_params
     from vidax.checkpoint.safetensors_io import CheckpointReader
 
     folder = Path(folder)
-    cfg = LTX2DiffusionDecoderConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    cfg = LTX2DiffusionDecoderConfig.from_dict(read_json(folder / "config.json"))
     params = load_params(CheckpointReader(folder), diffusion_decoder_keymap(cfg), diffusion_decoder_specs(cfg),
                          dtype, source=str(folder))
     return params, cfg
@@ -519,12 +527,55 @@ def load_release_diffusion_decoder(path: str | os.PathLike | Any, dtype: Any = n
 
     reader = CheckpointReader(path) if isinstance(path, (str, os.PathLike)) else path
     if cfg is None:
-        meta = getattr(reader, "metadata", None) or {}
-        vae = json.loads(meta["config"]).get("vae") if "config" in meta else None
-        cfg = LTX2DiffusionDecoderConfig.from_release(vae) if vae else LTX2DiffusionDecoderConfig()
+        cfg = release_config(getattr(reader, "metadata", None) or {}, str(path))
     params = load_params(ReleaseDiffusionDecoderReader(reader, prefix), diffusion_decoder_keymap(cfg),
                          diffusion_decoder_specs(cfg), dtype, source=str(path))
     return params, cfg
+
+
+def release_config(metadata: dict[str, str], source: str = "release diffusion VAE") -> LTX2DiffusionDecoderConfig:
+    """The architecture a release VAE file's safetensors ``metadata`` states (its ``config`` JSON's ``vae``, read by
+    :meth:`LTX2DiffusionDecoderConfig.from_release`); without a ``config``, the LTX-2.5 release's as diffusers'
+    converter states it (the class defaults).
+
+    Raises:
+      CheckpointError: a ``config`` that is not a JSON object, or whose ``vae`` is not one (``source`` named).
+      ValueError: an unsupported configuration.
+    """
+    from vidax.checkpoint.errors import CheckpointError
+
+    raw = metadata.get("config")
+    if raw is None:
+        return LTX2DiffusionDecoderConfig()
+    try:
+        config = json.loads(raw)
+    except (TypeError, ValueError, RecursionError):
+        config = None
+    vae = config.get("vae") if isinstance(config, dict) else None
+    if not isinstance(vae, dict) or not isinstance(vae.get("decoder", {}), dict):
+        raise CheckpointError(f"{source}: the metadata's config is not a JSON object with a 'vae' object (and its "
+                              "'decoder' an object); download the file again")
+    return LTX2DiffusionDecoderConfig.from_release(vae)
+
+
+def read_config(where: str | os.PathLike) -> LTX2DiffusionDecoderConfig:
+    """A diffusion decoder's architecture without reading a tensor: a diffusers folder's ``config.json``, or a release
+    VAE file's metadata (the file, or a folder holding it alone without ``config.json``).
+
+    Raises:
+      CheckpointError: no such file, an unreadable configuration or header. ValueError: an unsupported configuration.
+    """
+    from vidax.checkpoint.errors import CheckpointError
+    from vidax.checkpoint.safetensors_io import SafetensorsFile
+
+    where = Path(where)
+    if where.is_dir() and (where / "config.json").is_file():
+        return LTX2DiffusionDecoderConfig.from_dict(read_json(where / "config.json"))
+    files = [where] if where.is_file() else sorted(where.glob("*.safetensors"))
+    if len(files) != 1:
+        raise CheckpointError(f"{where}: a diffusion decoder is a folder with config.json or one release safetensors "
+                              f"file ({len(files)} found)")
+    return release_config(SafetensorsFile(files[0]).metadata, str(files[0]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def _architecture(preset: Any, folder: Path | None):
 
 def _plan(architecture, *, guided: bool = True, model: str | None = None, call: dict | None = None, **kw):
     """The registry's planner call (:func:`vidax.models.ltx2.planner.plan_ltx2`); ``guided`` is ``guidance_scale
-    != 1`` (the distilled model's 1: one row per prompt), the frame rate the call's."""
+    != 1`` (the distilled model's 1: one row per prompt), the frame rate and the decoder the call's."""
     from vidax.models.ltx2.planner import plan_ltx2
 
     if call:
@@ -143,6 +143,8 @@ def _plan(architecture, *, guided: bool = True, model: str | None = None, call: 
             guided = call["guidance_scale"] != 1.0
         if call.get("frame_rate") is not None:
             kw["frame_rate"] = call["frame_rate"]
+        if call.get("decoder") is not None:
+            kw["decoder"] = call["decoder"]
     return plan_ltx2(architecture, guided=guided, model_name=model, **kw)
 
 

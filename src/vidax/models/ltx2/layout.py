@@ -144,6 +144,19 @@ class LTX2Checkpoint:
         diffusion VAE file (``config["vae"]["_class_name"]`` other than ``CausalVideoAutoencoder``)."""
         return "diffusion_decoder" in self.folders
 
+    def diffusion_decoder_config(self):
+        """The diffusion decoder's :class:`~vidax.models.ltx2.diffusion_decoder.LTX2DiffusionDecoderConfig`, read
+        from its ``config.json`` or its release file's metadata (no tensor read), or None when there is none.
+
+        Raises:
+          CheckpointError: an unreadable configuration or header. ValueError: an unsupported configuration.
+        """
+        from vidax.models.ltx2 import diffusion_decoder
+
+        if not self.has_diffusion_decoder:
+            return None
+        return diffusion_decoder.read_config(self.folders["diffusion_decoder"])
+
     @property
     def is_distilled(self) -> bool:
         """The scheduler is the distilled one (no dynamic shifting): a fixed few-step schedule, no guidance."""

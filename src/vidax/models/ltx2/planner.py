@@ -32,11 +32,27 @@ VAE decoder, the audio VAE decoder and the vocoder, every phase):
     The transformer's weights still on the device; on the first device the untiled decode: the float32 video
     ``F H W 3 4`` plus three feature maps at the decoder's last resolution ``F (H/4) (W/4) C0`` (``C0`` the first
     decoder width; input, output and a residual of its last resnet) in ``vae_dtype``.
+``diffusion decode`` (``decoder="diffusion"``, in place of ``vae decode``)
+    The transformer's weights still on the device; on the first device the diffusion VAE decoder's weights
+    (``vae_dtype``, float32-pinned leaves at 4 bytes) and its stage-5 denoising step, the larger of its two programs
+    (:mod:`vidax.models.ltx2.diffusion_decoder`; stages 1-4 peak below it). With ``N = F5 H5 W5`` stage-5 positions
+    (the latent grid times the strides: ``121 x 176 x 304`` at 1216x704, 121 frames), ``C5`` its width (256), ``w``
+    the weight dtype's bytes and ``q = out_channels p^2`` canvas values per position:
+
+    * the context (float32, held through the loop): ``N C5 4``;
+    * the canvas and the prediction (float32): ``2 N q 4``;
+    * one diffusion block: ``N C5 (5 x 4 + 4 w)``: the residual in and out, the context projection, the normed input
+      and the output projection in float32, q, k, v and the attention output in the weight dtype;
+    * the blocked neighbourhood attention: ``3 x SCORE_BUDGET x 4`` (one batch of query blocks' scores,
+      probabilities and their masked copy).
+
+    Checked against XLA's buffer assignment of both programs (``memory_analysis``, CPU) in
+    ``tests/test_ltx2_planner.py``: 1.0 to 1.3 times what XLA assigns.
 ``audio decode``
     The audio VAE and vocoder (float32): three feature maps of the vocoder's widest stage (width x samples, float32).
 
 Not counted: the sampler's state (a few latent-sized float32 arrays), the host side (offloaded chunks live in host
-memory), the diffusion VAE decoder (another model: plan it with its own weights).
+memory).
 """
 
 from __future__ import annotations
@@ -60,6 +76,8 @@ from vidax.encoders.gemma import GemmaConfig, gemma_specs
 from vidax.models.ltx2.audio_vae import LTX2AudioVAEConfig, audio_vae_specs
 from vidax.models.ltx2.config import LTX2TransformerConfig
 from vidax.models.ltx2.connectors import ConnectorsConfig, connectors_specs
+from vidax.models.ltx2.diffusion_decoder import SCORE_BUDGET, LTX2DiffusionDecoderConfig, canvas_shape
+from vidax.models.ltx2.diffusion_decoder import diffusion_decoder_specs
 from vidax.models.ltx2.sharding import LTX2_RULES
 from vidax.models.ltx2.transformer import transformer_specs
 from vidax.models.ltx2.vae import LTX2VideoVAEConfig, vae_specs_and_rules
@@ -67,6 +85,10 @@ from vidax.models.ltx2.vocoder import LTX2VocoderConfig, LTX2VocoderWithBWEConfi
 
 #: The padded prompt length (upstream ``LTXGemmaTokenizer``: left-padded to 1024 tokens).
 TEXT_TOKENS = 1024
+#: What the report says when the diffusion decode is the smallest peak and nothing fits.
+DIFFUSION_DECODE_HINT = ("the diffusion decode is that peak (it decodes the whole video at once): plan fewer frames or "
+                         "a smaller size, the VAE's decoder (--decoder conv), or in Python the decoders in bfloat16 "
+                         "(LTX2Pipeline.from_pretrained(..., vae_dtype='bfloat16'))")
 #: One query chunk of the chunked attention (:func:`vidax.core.attention.attention`'s ``query_chunk_size``).
 QUERY_CHUNK = 1024
 
@@ -102,6 +124,8 @@ class LTX2Model:
     Attributes:
       transformer, text_encoder, connectors, vae, audio_vae, vocoder: the components' configurations (``audio_vae``
         and ``vocoder`` None: a model without audio).
+      diffusion_decoder: the diffusion VAE decoder's configuration (None: a folder without one; a preset's model
+        has the release's, as diffusers' converter states it: the class defaults).
       text_tokens: the padded prompt length.
       folder: the checkpoint folder it was read from (None: a preset's model).
     """
@@ -112,6 +136,7 @@ class LTX2Model:
     vae: LTX2VideoVAEConfig = field(default_factory=LTX2VideoVAEConfig)
     audio_vae: LTX2AudioVAEConfig | None = field(default_factory=LTX2AudioVAEConfig)
     vocoder: Any = field(default_factory=LTX2VocoderWithBWEConfig)
+    diffusion_decoder: LTX2DiffusionDecoderConfig | None = field(default_factory=LTX2DiffusionDecoderConfig)
     text_tokens: int = TEXT_TOKENS
     folder: str | None = None
 
@@ -145,7 +170,7 @@ def folder_architecture(folder: str | Path) -> LTX2Model:
     cfg = {name: ckpt.source(name).cfg for name in ("transformer", "text_encoder", "connectors", "vae")}
     audio = {name: ckpt.source(name).cfg for name in ("audio_vae", "vocoder")} if ckpt.has_audio else \
         {"audio_vae": None, "vocoder": None}
-    return LTX2Model(**cfg, **audio, folder=str(ckpt.folder))
+    return LTX2Model(**cfg, **audio, diffusion_decoder=ckpt.diffusion_decoder_config(), folder=str(ckpt.folder))
 
 
 # -- sizes ------------------------------------------------------------------------------------------------------------
@@ -255,6 +280,18 @@ def decode_bytes(model: LTX2Model, grid: tuple[int, int, int], num_frames: int, 
         np.dtype(vae_dtype).itemsize
 
 
+def diffusion_decode_bytes(cfg: LTX2DiffusionDecoderConfig, grid: tuple[int, int, int], dtype: Any) -> dict[str, int]:
+    """The diffusion VAE decoder's phase on one device (module docstring): ``weights``, ``context``, ``canvas``,
+    ``block``, ``attention`` and ``total`` bytes, for a ``(F, h, w)`` latent grid and weight dtype ``dtype``."""
+    _, q, f5, hp, wp = canvas_shape(cfg, (1, cfg.latent_channels, *grid))
+    p, c5, w = cfg.patch_size, cfg.decoder_stage_channels[-1], np.dtype(dtype).itemsize
+    n = f5 * (hp // p) * (wp // p)
+    out = {"weights": per_device_bytes(diffusion_decoder_specs(cfg), dtype), "context": n * c5 * 4,
+           "canvas": 2 * f5 * hp * wp * q * 4, "block": n * c5 * (5 * 4 + 4 * w), "attention": 3 * SCORE_BUDGET * 4}
+    out["total"] = sum(out.values())
+    return out
+
+
 def audio_decode_bytes(model: LTX2Model, audio_tokens: int) -> int:
     """The vocoder's widest stage, three float32 feature maps: ``max_i (hidden / 2^(i+1)) x frames x prod(factors up
     to i)`` over the first stage (and the bandwidth extender's, at its sample rate), mel frames ``4 x`` the latents."""
@@ -279,8 +316,8 @@ def estimate_split(model: LTX2Model, dp: int, tp: int, sp: int, *, rows: int, to
                    dtype: Any, chunks: Sequence[int] = (), resident: bool = True, overlap: bool = True,
                    first_device: dict | None = None) -> list[Estimate]:
     """One split's estimates (resident first, then each chunk size); phases ``text encoder``, ``step``, ``vae
-    decode``, ``audio decode`` (the last two and the first only with ``first_device``: ``{"always", "text encoder",
-    "vae decode", "audio decode"}`` bytes)."""
+    decode`` or ``diffusion decode``, ``audio decode`` (the last two and the first only with ``first_device``:
+    ``{"always", "text encoder", "vae decode" or "diffusion decode", "audio decode"}`` bytes)."""
     cfg = model.transformer
     sizes = {"data": dp, "tensor": tp, "sequence": sp}
     specs = transformer_specs(cfg)
@@ -296,7 +333,8 @@ def estimate_split(model: LTX2Model, dp: int, tp: int, sp: int, *, rows: int, to
         out = {"step": weights + act + always}
         if first_device:
             out["text encoder"] = weights + always + extra["text encoder"]
-            out["vae decode"] = weights + always + extra["vae decode"]
+            decode = "diffusion decode" if "diffusion decode" in extra else "vae decode"
+            out[decode] = weights + always + extra[decode]
             if extra.get("audio decode"):
                 out["audio decode"] = weights + always + extra["audio decode"]
         return out
@@ -318,8 +356,8 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
               memory_bytes: int | None = None, reserve_bytes: int = 0, guided: bool = True, prompts: int = 1,
               chunks: Sequence[int] | None = None, splits: Sequence[tuple[int, int, int]] | None = None,
               attention: str = "auto", overlap: bool = True, model_name: str | None = None,
-              offload_if_needed: bool = False, vae_dtype: Any = "bfloat16", text_encoder_dtype: Any = "bfloat16",
-              first_device: bool = True, log: Callable[[str], None] | None = None) -> PipelinePlan:
+              offload_if_needed: bool = False, vae_dtype: Any = "float32", text_encoder_dtype: Any = "bfloat16",
+              decoder: str = "conv", first_device: bool = True, log: Callable[[str], None] | None = None) -> PipelinePlan:
     """Estimate every candidate split's per-device peak for one generation setting, and recommend one.
 
     Args:
@@ -335,7 +373,10 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
       attention: recorded in the report (the activation model counts chunked scores).
       overlap: two chunk buffers (copy during compute) or one.
       model_name: for the report; offload_if_needed: estimate offloaded splits only if no resident one fits.
-      vae_dtype, text_encoder_dtype: of the VAE decoder and Gemma.
+      vae_dtype, text_encoder_dtype: of the VAE decoder (and the diffusion decoder) and Gemma (the pipeline's
+        defaults: float32, bfloat16).
+      decoder: ``"conv"`` (the VAE's decoder) or ``"diffusion"`` (the diffusion VAE decoder: its phase replaces the
+        VAE decode).
       first_device: count the text encoder, the connectors, the VAEs and the vocoder on the first device.
       log: progress callback.
 
@@ -343,7 +384,8 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
       :class:`vidax.core.planner.PipelinePlan`.
 
     Raises:
-      ValueError: a size the model does not take (not a multiple of 32, not ``8k + 1`` frames, empty); no split.
+      ValueError: a size the model does not take (not a multiple of 32, not ``8k + 1`` frames, empty); no split;
+        ``decoder="diffusion"`` for a model without a diffusion decoder.
     """
     t0 = time.perf_counter()
     if height % 32 or width % 32 or height <= 0 or width <= 0 or num_frames < 1 or (num_frames - 1) % 8:
@@ -351,6 +393,11 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
                          f"{width}, {num_frames} frames")
     if isinstance(model, LTX2TransformerConfig):
         model, first_device = dataclasses.replace(LTX2Model(), transformer=model), False
+    if decoder not in ("conv", "diffusion"):
+        raise ValueError(f"decoder must be 'conv' or 'diffusion', got {decoder!r}")
+    if decoder == "diffusion" and model.diffusion_decoder is None:
+        raise ValueError(f"decoder='diffusion': {model.folder or 'this model'} has no diffusion decoder (a "
+                         "diffusion_decoder/ folder); plan the VAE's decoder (decoder='conv')")
     cfg = model.transformer
     grid, audio_tokens = token_counts(model, height, width, num_frames, frame_rate)
     tokens = math.prod(grid)
@@ -375,11 +422,20 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
         extra = {"always": conn + vae_w + audio_w, "text encoder": gemma + states,
                  "vae decode": decode_bytes(model, grid, num_frames, height, width, vae_dtype),
                  "audio decode": audio_decode_bytes(model, audio_tokens) if model.audio_vae is not None else 0}
+        if decoder == "diffusion":
+            dd = diffusion_decode_bytes(model.diffusion_decoder, grid, vae_dtype)
+            extra["diffusion decode"] = dd["total"]
+            del extra["vae decode"]
         notes = [("text encoder", f"Gemma 4 {format_bytes(gemma)} ({np.dtype(text_encoder_dtype)}) and its "
                                   f"{te.num_hidden_layers + 1} hidden states {format_bytes(states)}, freed after the "
                                   "prompts"),
                  ("always", f"connectors {format_bytes(conn)}, VAE decoder {format_bytes(vae_w)}, audio VAE and "
                             f"vocoder {format_bytes(audio_w)}")]
+        if decoder == "diffusion":
+            notes.append(("diffusion decode", f"the diffusion VAE decoder {format_bytes(dd['weights'])} "
+                                              f"({np.dtype(vae_dtype)}, loaded for the decode), its context "
+                                              f"{format_bytes(dd['context'])} and one stage-5 step "
+                                              f"{format_bytes(dd['block'] + dd['attention'])}"))
     estimates = []
     for resident, sizes in ([(True, []), (False, chunks)] if offload_if_needed else [(True, chunks)]):
         if not resident and any(e.fits for e in estimates):
@@ -397,7 +453,9 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
                     num_frames=num_frames, dtype=str(np.dtype(dtype)), tokens=tokens, text_tokens=model.text_tokens,
                     batch=rows, attention=attention, devices=devices, audio_tokens=audio_tokens,
                     first_device_notes=notes,
-                    decode_hint="the VAE decode is that peak: plan fewer frames or a smaller size")
+                    decode_phase="diffusion decode" if decoder == "diffusion" else "vae decode",
+                    decode_hint=DIFFUSION_DECODE_HINT if decoder == "diffusion" else
+                    "the VAE decode is that peak: plan fewer frames or a smaller size")
     return PipelinePlan(estimates, recommend(estimates), memory_bytes, reserve_bytes, "analytic",
                         time.perf_counter() - t0, settings,
                         scope="(analytic: the transformer's weights exact per device, its step's activations by the "
@@ -406,5 +464,6 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
 
 
 __all__ = ["ARCHITECTURES", "GEMMA4_12B", "LTX25_CONNECTORS", "LTX25_TRANSFORMER", "LTX2Model", "audio_decode_bytes",
-           "comm_bytes", "decode_bytes", "estimate_split", "folder_architecture", "parameter_counts",
-           "per_device_bytes", "plan_ltx2", "preset_architecture", "step_activation_bytes", "token_counts"]
+           "comm_bytes", "decode_bytes", "diffusion_decode_bytes", "estimate_split", "folder_architecture",
+           "parameter_counts", "per_device_bytes", "plan_ltx2", "preset_architecture", "step_activation_bytes",
+           "token_counts"]

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import re
@@ -60,7 +59,7 @@ import numpy as np
 
 from vidax.checkpoint.keymap import KeyMap, Rule, conv, norm
 from vidax.checkpoint.keymap import linear as linear_rules
-from vidax.core.config_values import config_values
+from vidax.core.config_values import config_values, read_json
 from vidax.core.embeddings import timestep_embedding
 from vidax.core.layers import conv3d, conv_jit, linear, rms_norm
 from vidax.core.ltx_tiling import LTXVideoTiling, decode_frames, temporal_tiled
@@ -495,13 +494,14 @@ def load_vae(path: str | os.PathLike, dtype: Any = np.float32,
         checkpoint is checked either way.
 
     Raises:
-      ValueError: an unsupported configuration. CheckpointError: tensors that do not match it.
+      ValueError: an unsupported configuration. CheckpointError: an unreadable ``config.json``; tensors that do not
+        match the configuration.
     """
     from vidax.checkpoint.loader import load_params
     from vidax.checkpoint.safetensors_io import CheckpointReader
 
     path = Path(path)
-    cfg = LTX2VideoVAEConfig.from_dict(json.loads((path / "config.json").read_text()))
+    cfg = LTX2VideoVAEConfig.from_dict(read_json(path / "config.json"))
     specs, rules = vae_specs_and_rules(cfg)
     return cfg, load_params(CheckpointReader(path), KeyMap(rules), specs, dtype, source=str(path), parts=parts)
 
