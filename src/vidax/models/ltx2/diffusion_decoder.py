@@ -567,15 +567,16 @@ def read_config(where: str | os.PathLike) -> LTX2DiffusionDecoderConfig:
     """
     from vidax.checkpoint.errors import CheckpointError
     from vidax.checkpoint.safetensors_io import SafetensorsFile
+    from vidax.models.ltx2.layout import diffusion_decoder_file
 
     where = Path(where)
-    if where.is_dir() and (where / "config.json").is_file():
-        return LTX2DiffusionDecoderConfig.from_dict(read_json(where / "config.json"))
-    files = [where] if where.is_file() else sorted(where.glob("*.safetensors"))
-    if len(files) != 1:
+    release_file = diffusion_decoder_file(where)
+    if release_file is not None:
+        return release_config(SafetensorsFile(release_file).metadata, str(release_file))
+    if not (where / "config.json").is_file():
         raise CheckpointError(f"{where}: a diffusion decoder is a folder with config.json or one release safetensors "
-                              f"file ({len(files)} found)")
-    return release_config(SafetensorsFile(files[0]).metadata, str(files[0]))
+                              "file")
+    return LTX2DiffusionDecoderConfig.from_dict(read_json(where / "config.json"))
 
 
 # ---------------------------------------------------------------------------------------------
