@@ -50,6 +50,18 @@ def test_image_to_video_demo_without_audio(tmp_path):
     assert frames.shape == (9, 64, 64, 3) and audio_streams == 0
 
 
+def test_diffusion_decoder_demo(tmp_path):
+    """`vidax demo ltx-2.5-diffusion-decoder` decodes with the demo folder's diffusion_decoder/ (the --decoder
+    diffusion path: the VAE's statistics, the decoder's padded small-latent decode, its x0 step)."""
+    assert main(["demo", "ltx-2.5-diffusion-decoder", "--checkpoint-dir", str(tmp_path / "c"), "--out-dir",
+                 str(tmp_path / "o"), "--no-audio", "--quiet"]) == 0
+    out = tmp_path / "o" / "ltx-2.5-diffusion-decoder-t2v.mp4"
+    frames, audio_streams = _streams(out)
+    assert frames.shape == (9, 64, 64, 3) and frames.std() > 10 and audio_streams == 0
+    assert json.loads(out.with_suffix(".json").read_text())["decoder"] == "diffusion"
+    assert (tmp_path / "c" / "ltx-2.5-diffusion-decoder-demo" / "diffusion_decoder" / "config.json").is_file()
+
+
 def test_no_audio_parsing(capsys):
     p = _parser()
     args = p.parse_args(["generate", "--checkpoint", "x", "--prompt", "a", "--no-audio"])
@@ -92,7 +104,7 @@ def test_presets_cover_every_ltx25_row_of_the_paper_table():
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return write_demo_checkpoint(tmp_path_factory.mktemp("ltx2cli") / "ltx2")
+    return write_demo_checkpoint(tmp_path_factory.mktemp("ltx2cli") / "ltx2", diffusion_decoder=False)
 
 
 @pytest.fixture

@@ -318,3 +318,19 @@ def test_read_config_without_tensors(ckpt, tmp_path):
         dd.read_config(broken)
     with pytest.raises(CheckpointError, match="config.json: not UTF-8"):
         dd.load_diffusion_decoder(broken)
+
+
+def test_demo_folder_decoder_is_diffusers_layout(tmp_path):
+    """The demo folder's diffusion_decoder/ (written without torch) loads in diffusers and decodes as ours does."""
+    from vidax.models.ltx2.demo import write_demo_checkpoint
+
+    folder = write_demo_checkpoint(tmp_path / "demo") / "diffusion_decoder"
+    model = LTX2VideoDiffusionDecoderModel.from_pretrained(folder).eval()
+    params, cfg = dd.load_diffusion_decoder(folder)
+    z = np.random.default_rng(3).standard_normal((1, 8, 3, 3, 3)).astype(np.float32)  # the size floor: 3x3x3
+    with torch.no_grad():
+        ref = model.decode(torch.from_numpy(z), generator=torch.Generator().manual_seed(2)).sample.numpy()
+    noise = torch.randn(dd.canvas_shape(cfg, z.shape), generator=torch.Generator().manual_seed(2)).numpy()
+    out = dd.decode(params, cfg, z, noise=noise, denormalize=False)
+    assert out.shape == ref.shape == (1, 3, 17, 96, 96) and np.std(ref) > 0.1
+    assert _rel(out, ref) < 1e-5

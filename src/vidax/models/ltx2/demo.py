@@ -2,7 +2,8 @@
 
 ``write_demo_checkpoint(folder)`` writes a complete diffusers-layout folder as ``LTX2Pipeline.save_pretrained``
 does (``model_index.json``, ``text_encoder/``, ``tokenizer/``, ``connectors/``, ``transformer/``, ``vae/``,
-``audio_vae/``, ``vocoder/``, ``scheduler/``) with random weights under the reference's tensor names and the
+``audio_vae/``, ``vocoder/``, ``scheduler/``; and ``diffusion_decoder/``, as diffusers' converter writes LTX-2.5's
+diffusion VAE decoder) with random weights under the reference's tensor names and the
 config.json keys diffusers 0.42.1 / transformers 5.24 write. The architecture is LTX-2.5's at a tiny size: a Gemma 4
 unified text tower (sliding and full layers, keys reused as values on the full ones), per-modality text projections
 and gated connectors, the audio-video transformer with gated attention, prompt AdaLN, split RoPE, no video FFN bias
@@ -120,6 +121,21 @@ VOCODER_CONFIG = {
     "upsample_factors": [5, 4, 4, 2], "upsample_kernel_sizes": [11, 8, 8, 4], "window_length": 128,
 }
 
+#: The diffusion VAE decoder at a tiny size with the release's structure (diffusers ``LTX2VideoDiffusionDecoderModel``
+#: config keys; its converter's ``diffusion_decoder/`` folder): four upsamplers of strides (1,2,2) (2,1,1) (2,2,2)
+#: (2,2,2) and patch 4 (the VAE's 32x space, 8x time, so it decodes the VAE's latents), one x0 step. The demo's 2x2x2
+#: latents are under its size floor of 3 (kernels of 3): they are padded and cropped as upstream decodes them.
+DIFFUSION_DECODER_CONFIG = {
+    "_class_name": "LTX2VideoDiffusionDecoderModel", "_diffusers_version": DIFFUSERS_VERSION, "decoder_head_dim": 8,
+    "decoder_model_output_type": "x0", "decoder_num_inference_steps": 1, "decoder_stage5_kernel": [3, 5, 5],
+    "decoder_stage_channels": [64, 32, 16, 16, 8], "decoder_stage_depths": [1, 1, 1, 1, 2],
+    "decoder_stage_kernels": [[3, 3, 3]] * 4, "decoder_t_emb_dim": 32, "decoder_timestep_scale_multiplier": 1000.0,
+    "decoder_upsample_channel_reductions": [2, 2, 1, 2],
+    "decoder_upsample_strides": [[1, 2, 2], [2, 1, 1], [2, 2, 2], [2, 2, 2]], "latent_channels": 8,
+    "out_channels": 3, "patch_size": 4, "scaling_factor": 1.0, "spatial_compression_ratio": 32,
+    "temporal_compression_ratio": 8,
+}
+
 
 def scheduler_config(distilled: bool = False) -> dict:
     """The ``FlowMatchEulerDiscreteScheduler`` config diffusers' converter writes (dev, or ``distilled``)."""
@@ -189,7 +205,13 @@ def _component(name: str, config: dict, rng: np.random.Generator) -> dict[str, n
     from vidax.checkpoint.demo import random_params
     from vidax.models.ltx2.layout import component_spec
 
-    _, specs, keymap = component_spec(name, config)
+    if name == "diffusion_decoder":
+        from vidax.models.ltx2 import diffusion_decoder as dd
+
+        cfg = dd.LTX2DiffusionDecoderConfig.from_dict(config)
+        specs, keymap = dd.diffusion_decoder_specs(cfg), dd.diffusion_decoder_keymap(cfg)
+    else:
+        _, specs, keymap = component_spec(name, config)
     params = random_params(specs, rng)
     return to_state_dict(params, keymap, specs)
 
@@ -229,7 +251,7 @@ def _statistics(state: dict[str, np.ndarray], rng: np.random.Generator) -> dict[
 
 
 def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, distilled: bool = False,
-                          transformer_overrides: dict | None = None) -> Path:
+                          transformer_overrides: dict | None = None, diffusion_decoder: bool = True) -> Path:
     """Write a tiny random-weight LTX-2.5 folder (see the module docstring).
 
     Args:
@@ -237,6 +259,7 @@ def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, distilled: bool 
       seed: the weights' random seed.
       distilled: the distilled scheduler (no dynamic shifting) instead of the dev one.
       transformer_overrides: config.json values replacing the tiny transformer's (tests, benchmarks).
+      diffusion_decoder: also write the diffusion VAE decoder (``diffusion_decoder/``: ``--decoder diffusion``).
 
     Returns:
       the folder.
@@ -262,6 +285,10 @@ def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, distilled: bool 
                        _statistics(_component(name, config, rng), rng), config)
     save_component(folder / "vocoder", "diffusion_pytorch_model.safetensors", _vocoder_state_dict(rng),
                    VOCODER_CONFIG)
+    if diffusion_decoder:
+        config = DIFFUSION_DECODER_CONFIG
+        save_component(folder / "diffusion_decoder", "diffusion_pytorch_model.safetensors",
+                       _statistics(_component("diffusion_decoder", config, rng), rng), config)
     (folder / "scheduler").mkdir()
     write_json(folder / "scheduler" / "scheduler_config.json", scheduler_config(distilled))
     write_json(folder / "model_index.json", MODEL_INDEX)

@@ -127,6 +127,10 @@ def _demo_settings(task: str) -> dict[str, Any]:
     return dict(DEMO_SETTINGS)
 
 
+def _diffusion_decoder_demo_settings(task: str) -> dict[str, Any]:
+    return {**_demo_settings(task), "decoder": "diffusion"}
+
+
 def _architecture(preset: Any, folder: Path | None):
     from vidax.models.ltx2.planner import folder_architecture, preset_architecture
 
@@ -169,7 +173,11 @@ FAMILY = Family(
     presets=lambda: PRESETS,
     demos=(Demo("ltx-2.5", ("t2v", "i2v"), _write_demo, _demo_settings, lambda task: "ltx-2.5-demo",
                 note="LTX-2.5-style (audio-video transformer with gated attention and prompt AdaLN, Gemma 4 text "
-                     "tower, BWE vocoder: the mp4 carries a 48 kHz stereo track unless --no-audio)"),),
+                     "tower, BWE vocoder: the mp4 carries a 48 kHz stereo track unless --no-audio)"),
+           Demo("ltx-2.5-diffusion-decoder", ("t2v",), _write_demo, _diffusion_decoder_demo_settings,
+                lambda task: "ltx-2.5-diffusion-decoder-demo",
+                note="LTX-2.5-style, the frames decoded by the diffusion VAE decoder (--decoder diffusion: one x0 "
+                     "step of a denoiser conditioned on the latents) instead of the convolutional one")),
     folder_tasks=_tasks,
     plan=Plan(architecture=_architecture, plan=_plan),
     inspect=_inspect,

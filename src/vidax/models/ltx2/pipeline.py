@@ -773,6 +773,7 @@ class LTX2Pipeline:
                 video = lvae.decode(self.vae_params, vcfg, zd, dt, tiling=vae_tiling)
             video = np.asarray(jnp.clip(video.astype(jnp.float32) / 2 + 0.5, 0.0, 1.0))
         metrics["vae_decode_s"] = time.perf_counter() - t0
+        metrics["decoder"] = decoder
         check_finite_video(video)
         frames = np.ascontiguousarray(video.transpose(0, 2, 3, 4, 1))
         if output_type == "uint8":
