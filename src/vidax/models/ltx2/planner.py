@@ -397,7 +397,8 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
         raise ValueError(f"decoder must be 'conv' or 'diffusion', got {decoder!r}")
     if decoder == "diffusion" and model.diffusion_decoder is None:
         raise ValueError(f"decoder='diffusion': {model.folder or 'this model'} has no diffusion decoder (a "
-                         "diffusion_decoder/ folder); plan the VAE's decoder (decoder='conv')")
+                         "diffusion_decoder/ folder); plan the VAE's decoder instead (decoder='conv': the presets "
+                         "without '-diffusion-decoder')")
     cfg = model.transformer
     grid, audio_tokens = token_counts(model, height, width, num_frames, frame_rate)
     tokens = math.prod(grid)
