@@ -122,10 +122,13 @@ def no_loading(monkeypatch):
     (["--width", "100"], "width=100 must be a positive multiple of 32 .*: use 96 or 128"),
     (["--height", "2080", "--width", "2080"], "height=2080 is over the 2048 .*; width=2080 is over the 2048"),
     (["--fps", "500"], "--fps 500 is outside"),
-    (["--decoder", "diffusion"], "--decoder diffusion: .* has no diffusion_decoder/"),
+    (["--decoder", "diffusion"], r"--decoder diffusion \(the flag, or a -diffusion-decoder preset\): .* has no "
+                                 "diffusion_decoder/ .*--decoder conv, or a preset without -diffusion-decoder"),
+    (["--preset", "ltx-2.5-22b-dev-diffusion-decoder"], "has no diffusion_decoder/ .*--decoder conv"),
     (["--preset", "ltx-2.5-22b-distilled"], "is for the distilled model"),
     (["--num-frames", "1", "--image", "IMG"], "image-to-video needs more than one frame"),
 ], ids=["frames-8", "frames-over-481", "height-40", "width-100", "over-2048", "fps-500", "no-diffusion-decoder",
+        "diffusion-decoder-preset",
         "distilled-preset-on-dev", "one-frame-image"])
 def test_bad_input_is_one_error_line_before_loading(folder, tmp_path, capsys, no_loading, flags, message):
     from PIL import Image

@@ -32,6 +32,13 @@ TINY = dict(latent_channels=8, patch_size=2, decoder_head_dim=16,
             decoder_upsample_strides=((1, 2, 2), (2, 1, 1), (2, 2, 2), (2, 1, 1)),
             decoder_upsample_channel_reductions=(2, 1, 1, 2), decoder_stage5_kernel=(3, 5, 5),
             decoder_t_emb_dim=32, spatial_compression_ratio=8, scaling_factor=0.8)
+#: TINY in a release file's metadata terms (upstream ``DiffusionVideoDecoder`` keys under ``config["vae"]``).
+RELEASE_TINY_VAE = {"_class_name": "CausalDiffusionVAE", "model_output_type": "x0",
+                    "decoder": {"stage_channels": [64, 32, 32, 32, 16], "stage_depths": [1, 2, 1, 1, 2],
+                                "stage_kernels": [[3, 1, 3], [3, 3, 3], [3, 3, 5], [3, 3, 3]], "head_dim": 16,
+                                "upsamples": [[[1, 2, 2], 2], [[2, 1, 1], 1], [[2, 2, 2], 1], [[2, 1, 1], 2]],
+                                "stage5_kernel": [3, 5, 5], "patch_size": 2, "in_channels": 8, "t_emb_dim": 32,
+                                "default_num_inference_steps": 1, "timestep_scale_multiplier": 1000.0}}
 LATENTS = (1, 8, 3, 2, 3)  # the size floor of TINY (min_latent_size), where diffusers and upstream coincide
 CANVAS = (1, 3, 17, 16, 24)
 
@@ -91,7 +98,7 @@ def test_keymap_and_config(ckpt):
             dd.LTX2DiffusionDecoderConfig.from_dict({**raw, **bad})
 
 
-def test_release_layout(ckpt):
+def test_release_layout(ckpt, tmp_path):
     """The release VAE file's names (upstream ``DiffusionVideoDecoder``: fused ``qkv``, ``proj``, ``q_norm``,
     ``t_embedder.mlp``, static gates, ``per_channel_statistics``), written here by inverting diffusers'
     ``convert_ltx2_diffusion_video_vae``, load to the parameters of the diffusers folder."""
@@ -139,6 +146,16 @@ def test_release_layout(ckpt):
     with pytest.raises(CheckpointError, match="unexpected"):
         dd.load_release_diffusion_decoder(DictReader({**release, "vae.decoder.bogus": np.zeros(1)}), prefix="vae.",
                                           cfg=cfg)
+    # The standalone release file: its metadata's architecture (not the class defaults) loads the same parameters.
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "ltx-2.5-diffusion-vae.safetensors"
+    save_file({k[4:]: np.ascontiguousarray(v, np.float32) for k, v in release.items() if k.startswith("vae.")},
+              str(path), metadata={"config": json.dumps({"vae": RELEASE_TINY_VAE})})
+    from_file, file_cfg = dd.load_release_diffusion_decoder(path)
+    assert file_cfg == dataclasses.replace(cfg, scaling_factor=1.0)
+    for p_, leaf in jax.tree_util.tree_flatten_with_path(from_file)[0]:
+        np.testing.assert_allclose(np.asarray(leaf), np.asarray(flat[p_]), rtol=1e-6, atol=1e-7, err_msg=str(p_))
 
 
 def test_neighborhood_attention_matches_dense_window():
@@ -288,12 +305,7 @@ def test_read_config_without_tensors(ckpt, tmp_path):
 
     _, _, cfg, path = ckpt
     assert dd.read_config(path) == cfg
-    release_vae = {"_class_name": "CausalDiffusionVAE", "model_output_type": "x0",
-                   "decoder": {"stage_channels": [64, 32, 32, 32, 16], "stage_depths": [1, 2, 1, 1, 2],
-                               "stage_kernels": [[3, 1, 3], [3, 3, 3], [3, 3, 5], [3, 3, 3]], "head_dim": 16,
-                               "upsamples": [[[1, 2, 2], 2], [[2, 1, 1], 1], [[2, 2, 2], 1], [[2, 1, 1], 2]],
-                               "stage5_kernel": [3, 5, 5], "patch_size": 2, "in_channels": 8, "t_emb_dim": 32,
-                               "default_num_inference_steps": 1, "timestep_scale_multiplier": 1000.0}}
+    release_vae = RELEASE_TINY_VAE
     folder = tmp_path / "release"
     folder.mkdir()
     save_file({"decoder.x": np.zeros(1, np.float32)}, str(folder / "vae.safetensors"),
@@ -309,8 +321,34 @@ def test_read_config_without_tensors(ckpt, tmp_path):
     for decoder in ({"stage_channels": 5}, {"stage_channels": []}, {"stage5_kernel": 3}, {"patch_size": 1e308}):
         with pytest.raises(ValueError, match="release vae config|LTX2DiffusionDecoderConfig"):
             dd.release_config({"config": json.dumps({"vae": {"decoder": decoder}})})
-    with pytest.raises(CheckpointError, match="config.json or one release safetensors file"):
+    with pytest.raises(CheckpointError, match="config.json: missing"):
         dd.read_config(tmp_path)  # a folder of two safetensors files and no config.json
+    # a diffusers folder without its config.json is not read as a release file (its weights' metadata has no config)
+    nocfg = tmp_path / "nocfg"
+    nocfg.mkdir()
+    save_file({"x": np.zeros(1, np.float32)}, str(nocfg / "diffusion_pytorch_model.safetensors"),
+              metadata={"format": "pt"})
+    for call in (dd.read_config, dd.load_diffusion_decoder):
+        with pytest.raises(CheckpointError, match="nocfg/config.json: missing"):
+            call(nocfg)
+    # values the configuration refuses are named with the file they came from, never a Python error
+    raw = json.loads((path / "config.json").read_text())
+    for bad, match in (({"decoder_head_dim": 0}, "decoder_head_dim=0"),
+                       ({"decoder_upsample_channel_reductions": [0, 0, 0, 0]}, r"reductions\[0\]=0 \(at least 1\)")):
+        folder = tmp_path / f"bad{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**raw, **bad}))
+        with pytest.raises(ValueError, match=f"{folder.name}/config.json: .*{match}"):
+            dd.read_config(folder)
+    for decoder, match in (({"head_dim": "abc"}, "decoder_head_dim='abc' is not an integer"),
+                           ({"head_dim": 0}, "decoder_head_dim=0"), ({"head_dim": 8.7}, "is not an integer"),
+                           ({"stage_channels": "abcde"}, "is not a list of integers"),
+                           ({"timestep_scale_multiplier": "fast"}, "is not a number"),
+                           ({"stage5_channels": 8, "stage_channels": []}, "stage5_channels=8 is not the last"),
+                           ({"upsamples": [[1, 2]]}, "is not a list of \\[T, H, W\\] integers")):
+        meta = {"config": json.dumps({"vae": {"decoder": {**RELEASE_TINY_VAE["decoder"], **decoder}}})}
+        with pytest.raises(ValueError, match=f"f.safetensors: the metadata's config: .*{match}"):
+            dd.release_config(meta, "f.safetensors")
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_bytes(b"\xff{")

@@ -180,6 +180,8 @@ def test_diffusion_decoder_phase_at_the_paper_size():
         lp.plan_ltx2(dataclasses.replace(model, diffusion_decoder=None), devices=1, decoder="diffusion")
     with pytest.raises(ValueError, match="decoder must be"):
         lp.plan_ltx2(model, devices=1, decoder="tiled")
+    with pytest.raises(ValueError, match="beyond what the pipeline generates"):
+        lp.plan_ltx2(model, height=4096, width=704, devices=1)  # (vidax generate's bounds: 2048, 481 frames)
 
 
 @pytest.mark.parametrize("latent_grid,dtype", [((3, 7, 7), "bfloat16"), ((6, 16, 16), "float32")])

@@ -156,6 +156,26 @@ def test_cli_plan_prints_per_split_memory(tmp_path, capsys):
     assert all(e["fits"] and e["peak_bytes"] > 0 for e in data["estimates"])
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--chunks", "0"], "argument --chunks: must be comma-separated block counts from 1 to 1024"),
+    (["--chunks", "abc"], "argument --chunks: must be comma-separated block counts"),
+    (["--chunks", ","], "argument --chunks: must be comma-separated block counts"),
+    (["--devices", "65536"], "argument --devices: must be at most 4096"),
+    (["--height", "0"], "argument --height: must be a positive integer"),
+    (["--num-frames", "-9"], "argument --num-frames: must be a positive integer"),
+])
+def test_cli_plan_refuses_bad_flags_in_one_line(flags, message, capsys):
+    """Before any planning (a zero size was the preset's, a zero chunk a ZeroDivisionError, 65536 simulated devices
+    exhausted the host's threads)."""
+    from vidax.cli import main
+
+    with pytest.raises(SystemExit) as exit_:  # (argparse's exit)
+        main(["plan", "--preset", "wan2.1-t2v-1.3b-480p"] + flags)
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vidax: error: ") and message in lines[0], lines
+
+
 @pytest.fixture(scope="module")
 def demo_ckpt(tmp_path_factory):
     from vidax.models.wan.demo import write_demo_checkpoint

@@ -214,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="the generation settings to plan (" + ", ".join(sorted(planned)) + ")")
     pl.add_argument("--checkpoint", default=None, help="take the transformer architecture from this checkpoint "
                     "(default: the preset's model)")
-    pl.add_argument("--devices", type=arg_types.positive_int, default=None,
+    pl.add_argument("--devices", type=arg_types.device_count, default=None,
                     help="devices of the run (default: this machine's; more are simulated on the CPU to plan for "
                          "another machine)")
     pl.add_argument("--memory-gb", type=arg_types.positive_float, default=None,
@@ -222,11 +222,11 @@ def _parser() -> argparse.ArgumentParser:
                          "memory divided by the device count)")
     pl.add_argument("--reserve-gb", type=arg_types.non_negative_float, default=0.0,
                     help="GiB per device kept free for the text encoder and VAE (default 0)")
-    pl.add_argument("--height", type=int, default=None)
-    pl.add_argument("--width", type=int, default=None)
-    pl.add_argument("--num-frames", type=int, default=None)
+    pl.add_argument("--height", type=arg_types.positive_int, default=None)
+    pl.add_argument("--width", type=arg_types.positive_int, default=None)
+    pl.add_argument("--num-frames", type=arg_types.positive_int, default=None)
     pl.add_argument("--dtype", choices=["bfloat16", "float32"], default=None)
-    pl.add_argument("--chunks", default=None,
+    pl.add_argument("--chunks", type=arg_types.chunk_sizes, default=None,
                     help="offload chunk sizes to try, comma-separated, or 'none' (default: divisors of the layer "
                          "count)")
     pl.add_argument("--serial", action="store_true", help="plan offloading without copy/compute overlap (one buffer)")
@@ -594,9 +594,7 @@ def plan(args) -> int:
     devices = args.devices if args.devices is not None else jax.device_count()
     folder = Path(args.checkpoint).expanduser() if args.checkpoint else None
     cfg = fam.plan.architecture(preset, folder)
-    chunks = None
-    if args.chunks is not None:
-        chunks = [] if args.chunks.strip().lower() == "none" else [int(c) for c in args.chunks.split(",") if c.strip()]
+    chunks = args.chunks  # (parsed: a list, [] for 'none')
     if args.memory_gb is not None:
         budget, note = _gib(args.memory_gb), ""
     else:

@@ -88,9 +88,36 @@ def fraction(text: str) -> float:
     return value
 
 
+#: The most devices ``vidax plan --devices`` simulates on the host's CPU (each is an XLA CPU device with its own
+#: threads; 4096 plan in about 20 s, 65536 exhausted the host's threads).
+MAX_PLANNED_DEVICES = 4096
+
+
+def device_count(text: str) -> int:
+    """A device count from 1 to :data:`MAX_PLANNED_DEVICES`."""
+    value = positive_int(text)
+    if value > MAX_PLANNED_DEVICES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PLANNED_DEVICES} (the devices are simulated on this "
+                                         f"host's CPU), got {text}")
+    return value
+
+
+def chunk_sizes(text: str) -> list[int]:
+    """Comma-separated offload chunk sizes (positive integers up to 1024 blocks), or ``none`` (an empty list)."""
+    if text.strip().lower() == "none":
+        return []
+    items = [v.strip() for v in text.split(",") if v.strip()]
+    if not items or any(not (v.isascii() and v.isdigit() and len(v) <= 4 and 1 <= int(v) <= 1024) for v in items):
+        raise argparse.ArgumentTypeError(f"must be comma-separated block counts from 1 to 1024 (e.g. 8,4) or "
+                                         f"'none', got {text[:80]!r}")
+    return [int(v) for v in items]
+
+
 # argparse reports a type function's ValueError as "invalid <name> value"; these names read as the expected type.
 positive_int.__name__ = "positive integer"
 finite_float.__name__ = positive_float.__name__ = non_negative_float.__name__ = fraction.__name__ = "number"
 seed.__name__ = "seed"
 fps.__name__ = "frame rate"
 timesteps.__name__ = "timesteps"
+device_count.__name__ = "device count"
+chunk_sizes.__name__ = "chunk sizes"

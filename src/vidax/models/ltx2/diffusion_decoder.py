@@ -69,6 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidax.checkpoint.errors import excerpt
 from vidax.checkpoint.keymap import KeyMap, Rule
 from vidax.checkpoint.keymap import linear as linear_rules
 from vidax.core.config_values import config_values, read_json
@@ -149,6 +150,29 @@ class LTX2DiffusionDecoderConfig:
             if isinstance(v, list):
                 object.__setattr__(self, f.name, tuple(tuple(x) if isinstance(x, list) else x for x in v))
         p = []
+
+        def integer(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        for name in ("out_channels", "latent_channels", "patch_size", "decoder_head_dim", "decoder_t_emb_dim",
+                     "decoder_num_inference_steps", "spatial_compression_ratio", "temporal_compression_ratio"):
+            if not integer(getattr(self, name)):
+                p.append(f"{name}={excerpt(getattr(self, name))} is not an integer")
+        for name in ("decoder_stage_channels", "decoder_stage_depths", "decoder_upsample_channel_reductions"):
+            v = getattr(self, name)
+            if not (isinstance(v, tuple) and all(integer(x) for x in v)):
+                p.append(f"{name}={excerpt(v)} is not a list of integers")
+        for name in ("scaling_factor", "decoder_timestep_scale_multiplier"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                p.append(f"{name}={excerpt(v)} is not a number")
+        for name in ("decoder_stage_kernels", "decoder_upsample_strides", "decoder_stage5_kernel"):
+            if not isinstance(getattr(self, name), tuple):
+                p.append(f"{name}={excerpt(getattr(self, name))} is not a list")
+        if not isinstance(self.decoder_model_output_type, str):
+            p.append(f"decoder_model_output_type={excerpt(self.decoder_model_output_type)} is not a string")
+        if p:
+            raise ValueError("LTX2DiffusionDecoderConfig: " + "; ".join(p))
         n = len(self.decoder_upsample_strides)
         ch, dh = self.decoder_stage_channels, self.decoder_head_dim
         if n < 1:
@@ -158,22 +182,25 @@ class LTX2DiffusionDecoderConfig:
             if len(getattr(self, name)) != want:
                 p.append(f"{name} has {len(getattr(self, name))} entries, {n} upsamplers need {want}")
         for name in ("decoder_stage_kernels", "decoder_upsample_strides"):
-            for x in getattr(self, name):
-                if not (isinstance(x, tuple) and len(x) == 3 and all(isinstance(v, int) and v >= 1 for v in x)):
-                    p.append(f"{name} entry {x!r} is not three positive integers")
+            bad = next((x for x in getattr(self, name) if not (isinstance(x, tuple) and len(x) == 3 and all(
+                integer(v) and v >= 1 for v in x))), None)
+            if bad is not None:
+                p.append(f"{name} entry {excerpt(bad)} is not three positive integers")
         k5 = self.decoder_stage5_kernel
-        if not (isinstance(k5, tuple) and len(k5) == 3 and all(isinstance(v, int) and v >= 1 for v in k5)):
-            p.append(f"decoder_stage5_kernel {k5!r} is not three positive integers")
+        if not (len(k5) == 3 and all(integer(v) and v >= 1 for v in k5)):
+            p.append(f"decoder_stage5_kernel {excerpt(k5)} is not three positive integers")
         if p:
             raise ValueError("LTX2DiffusionDecoderConfig: " + "; ".join(p))
         if not (8 <= dh <= 1024 and dh % 8 == 0):
             p.append(f"decoder_head_dim={dh} (a multiple of 8 up to 1024: the RoPE splits it over T, H, W)")
         for i, c in enumerate(ch):
-            if not (1 <= c <= MAX_WIDTH and c % dh == 0):
+            if not (1 <= c <= MAX_WIDTH and (dh < 1 or c % dh == 0)):
                 p.append(f"decoder_stage_channels[{i}]={c} (a positive multiple of decoder_head_dim={dh}, "
                          f"at most {MAX_WIDTH})")
         for i, r in enumerate(self.decoder_upsample_channel_reductions):
-            if r < 1 or ch[i] // r != ch[i + 1]:
+            if r < 1:
+                p.append(f"decoder_upsample_channel_reductions[{i}]={r} (at least 1)")
+            elif ch[i] // r != ch[i + 1]:
                 p.append(f"decoder_stage_channels[{i + 1}]={ch[i + 1]} must be decoder_stage_channels[{i}] // "
                          f"decoder_upsample_channel_reductions[{i}] = {ch[i] // max(r, 1)}")
             elif (math.prod(self.decoder_upsample_strides[i]) * ch[i]) % r:
@@ -248,35 +275,46 @@ class LTX2DiffusionDecoderConfig:
 
     @classmethod
     def _from_release(cls, vae: dict[str, Any], d: dict[str, Any]) -> LTX2DiffusionDecoderConfig:
-        channels = tuple(d.get("stage_channels", (1024, 512, 256, 256, 128)))
+        def triples(value, key):  # lists of (T, H, W) integers
+            if not (isinstance(value, (list, tuple)) and all(
+                    isinstance(x, (list, tuple)) and len(x) == 3 and all(
+                        isinstance(v, int) and not isinstance(v, bool) for v in x) for x in value)):
+                raise ValueError(f"release vae config: {key}={excerpt(value)} is not a list of [T, H, W] integers")
+            return tuple(tuple(x) for x in value)
+
+        def seq(value):  # a list as a tuple; anything else as it is, for the configuration's type check
+            return tuple(value) if isinstance(value, (list, tuple)) else value
+
+        channels = seq(d.get("stage_channels", (1024, 512, 256, 256, 128)))
         ups = d.get("upsamples", ((((1, 2, 2), 2), ((2, 1, 1), 2), ((2, 2, 2), 1), ((2, 2, 2), 2))))
-        try:
-            strides = tuple(tuple(int(v) for v in st) for st, _ in ups)
-            reductions = tuple(int(r) for _, r in ups)
-            kernels = tuple(tuple(int(v) for v in k) for k in d.get(
-                "stage_kernels", ((3, 7, 7), (3, 7, 7), (3, 5, 5), (3, 5, 5), (3, 3, 3))))[: len(strides)]
-        except (TypeError, ValueError):
-            raise ValueError("release vae config: 'upsamples' must be [[stride (3 ints), reduction], ...] and "
-                             "'stage_kernels' lists of 3 ints") from None
-        if d.get("stage5_channels", channels[-1]) != channels[-1]:
-            raise ValueError(f"release vae config: stage5_channels={d['stage5_channels']} differs from the last stage "
-                             f"width {channels[-1]} (not supported)")
-        head_dim = int(d.get("head_dim", d.get("na_head_dim", 64)))
-        if d.get("rope_dim_split") is not None and tuple(d["rope_dim_split"]) != rope_split(head_dim):
-            raise ValueError(f"release vae config: rope_dim_split={d['rope_dim_split']} (only the default)")
-        patch = int(d.get("patch_size", 4))
-        return cls(out_channels=int(d.get("out_channels", 3)),
-                   latent_channels=int(d.get("in_channels", vae.get("latent_channels", 128))), patch_size=patch,
+        if not (isinstance(ups, (list, tuple)) and all(isinstance(u, (list, tuple)) and len(u) == 2 for u in ups)):
+            raise ValueError(f"release vae config: upsamples={excerpt(ups)} is not a list of [stride [T, H, W], "
+                             "reduction]")
+        strides = triples([st for st, _ in ups], "upsamples' strides")
+        reductions = tuple(r for _, r in ups)
+        kernels = triples(d.get("stage_kernels", ((3, 7, 7), (3, 7, 7), (3, 5, 5), (3, 5, 5), (3, 3, 3))),
+                          "stage_kernels")[: len(strides)]
+        if "stage5_channels" in d and (not isinstance(channels, tuple) or not channels
+                                       or d["stage5_channels"] != channels[-1]):
+            raise ValueError(f"release vae config: stage5_channels={excerpt(d['stage5_channels'])} is not the last "
+                             f"of stage_channels {excerpt(channels)} (a separate stage-5 width is not supported)")
+        head_dim = d.get("head_dim", d.get("na_head_dim", 64))
+        if d.get("rope_dim_split") is not None and (
+                not isinstance(head_dim, int) or head_dim < 8 or tuple(d["rope_dim_split"]) != rope_split(head_dim)):
+            raise ValueError(f"release vae config: rope_dim_split={excerpt(d['rope_dim_split'])} (only the default)")
+        patch = d.get("patch_size", 4)
+        ratio = math.prod(s[1] for s in strides) * patch if isinstance(patch, int) else patch
+        return cls(out_channels=d.get("out_channels", 3),
+                   latent_channels=d.get("in_channels", vae.get("latent_channels", 128)), patch_size=patch,
                    decoder_head_dim=head_dim, decoder_stage_channels=channels,
-                   decoder_stage_depths=tuple(d.get("stage_depths", (4, 6, 4, 2, 8))), decoder_stage_kernels=kernels,
+                   decoder_stage_depths=seq(d.get("stage_depths", (4, 6, 4, 2, 8))), decoder_stage_kernels=kernels,
                    decoder_upsample_strides=strides, decoder_upsample_channel_reductions=reductions,
-                   decoder_stage5_kernel=tuple(d.get("stage5_kernel", (3, 7, 7))),
-                   decoder_t_emb_dim=int(d.get("t_emb_dim", 384)),
-                   decoder_timestep_scale_multiplier=float(d.get("timestep_scale_multiplier", 1.0)),
+                   decoder_stage5_kernel=seq(d.get("stage5_kernel", (3, 7, 7))),
+                   decoder_t_emb_dim=d.get("t_emb_dim", 384),
+                   decoder_timestep_scale_multiplier=d.get("timestep_scale_multiplier", 1.0),
                    decoder_model_output_type=vae.get("model_output_type", "v"),
-                   decoder_num_inference_steps=int(d.get("default_num_inference_steps", 2)),
-                   spatial_compression_ratio=math.prod(s[1] for s in strides) * patch,
-                   temporal_compression_ratio=math.prod(s[0] for s in strides))
+                   decoder_num_inference_steps=d.get("default_num_inference_steps", 2),
+                   spatial_compression_ratio=ratio, temporal_compression_ratio=math.prod(s[0] for s in strides))
 
     @property
     def num_stages(self) -> int:
@@ -400,7 +438,7 @@ def load_diffusion_decoder(folder: str | os.PathLike,
     from vidax.checkpoint.safetensors_io import CheckpointReader
 
     folder = Path(folder)
-    cfg = LTX2DiffusionDecoderConfig.from_dict(read_json(folder / "config.json"))
+    cfg = _folder_config(folder)
     params = load_params(CheckpointReader(folder), diffusion_decoder_keymap(cfg), diffusion_decoder_specs(cfg),
                          dtype, source=str(folder))
     return params, cfg
@@ -482,8 +520,10 @@ class ReleaseDiffusionDecoderReader:
                     used.add(gate)
             self._map[new] = (key, None, gate)
         if unknown or gates - used:
-            raise CheckpointError(f"release diffusion VAE: unexpected keys {sorted(unknown)[:8]}, gates without "
-                                  f"their linear {sorted(gates - used)[:8]} (is this an LTX-2.5 diffusion VAE?)")
+            what = [f"unexpected keys {sorted(unknown)[:8]}"] if unknown else []
+            what += [f"gates without their linear {sorted(gates - used)[:8]}"] if gates - used else []
+            source = getattr(reader, "source", None) or getattr(reader, "path", None) or "release diffusion VAE"
+            raise CheckpointError(f"{source}: {', '.join(what)} (is this an LTX-2.5 diffusion VAE file?)")
 
     def keys(self):
         return list(self._map)
@@ -526,8 +566,9 @@ def load_release_diffusion_decoder(path: str | os.PathLike | Any, dtype: Any = n
     from vidax.checkpoint.safetensors_io import CheckpointReader
 
     reader = CheckpointReader(path) if isinstance(path, (str, os.PathLike)) else path
-    if cfg is None:
-        cfg = release_config(getattr(reader, "metadata", None) or {}, str(path))
+    if cfg is None:  # the file's metadata (a reader of a file: CheckpointReader keeps no metadata)
+        cfg = read_config(path) if isinstance(path, (str, os.PathLike)) else \
+            release_config(getattr(reader, "metadata", None) or {}, str(path))
     params = load_params(ReleaseDiffusionDecoderReader(reader, prefix), diffusion_decoder_keymap(cfg),
                          diffusion_decoder_specs(cfg), dtype, source=str(path))
     return params, cfg
@@ -555,7 +596,25 @@ def release_config(metadata: dict[str, str], source: str = "release diffusion VA
     if not isinstance(vae, dict) or not isinstance(vae.get("decoder", {}), dict):
         raise CheckpointError(f"{source}: the metadata's config is not a JSON object with a 'vae' object (and its "
                               "'decoder' an object); download the file again")
-    return LTX2DiffusionDecoderConfig.from_release(vae)
+    try:
+        return LTX2DiffusionDecoderConfig.from_release(vae)
+    except ValueError as e:
+        raise ValueError(f"{source}: the metadata's config: {e}") from None
+
+
+def _folder_config(folder: Path) -> LTX2DiffusionDecoderConfig:
+    """A diffusers ``diffusion_decoder`` folder's configuration (errors name its ``config.json``)."""
+    from vidax.checkpoint.errors import CheckpointError
+
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (or not a file); a diffusers diffusion decoder folder holds its "
+                              "config.json beside its weights (copy it from the release)")
+    config = read_json(path)
+    try:
+        return LTX2DiffusionDecoderConfig.from_dict(config)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def read_config(where: str | os.PathLike) -> LTX2DiffusionDecoderConfig:
@@ -573,10 +632,10 @@ def read_config(where: str | os.PathLike) -> LTX2DiffusionDecoderConfig:
     release_file = diffusion_decoder_file(where)
     if release_file is not None:
         return release_config(SafetensorsFile(release_file).metadata, str(release_file))
-    if not (where / "config.json").is_file():
-        raise CheckpointError(f"{where}: a diffusion decoder is a folder with config.json or one release safetensors "
-                              "file")
-    return LTX2DiffusionDecoderConfig.from_dict(read_json(where / "config.json"))
+    if not where.is_dir():
+        raise CheckpointError(f"{where}: not found; a diffusion decoder is a folder with config.json or one release "
+                              "safetensors file")
+    return _folder_config(where)
 
 
 # ---------------------------------------------------------------------------------------------

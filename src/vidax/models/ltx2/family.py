@@ -65,8 +65,9 @@ def _check(folder: Path, task: str, call: dict) -> None:
         raise CheckpointError(f"{ckpt.folders['tokenizer']}: the Gemma tokenizer is missing (no tokenizer.json); copy "
                               "the text encoder's tokenizer files into it")
     if call.get("decoder", "conv") == "diffusion" and not ckpt.has_diffusion_decoder:
-        raise ValueError(f"--decoder diffusion: {folder} has no diffusion_decoder/ folder (diffusers' converter writes "
-                         "it with --diffusion_vae); leave --decoder out to decode with the VAE's own decoder")
+        raise ValueError(f"--decoder diffusion (the flag, or a -diffusion-decoder preset): {folder} has no "
+                         "diffusion_decoder/ folder (diffusers' converter writes it with --diffusion_vae); decode with "
+                         "the VAE's own decoder: --decoder conv, or a preset without -diffusion-decoder")
     if call.get("return_audio", True) and not ckpt.has_audio:
         raise ValueError(f"{folder} has no audio VAE / vocoder: pass --no-audio for a video without sound")
 

@@ -259,13 +259,22 @@ class LTX2Checkpoint:
 
 def diffusion_decoder_file(where: Path) -> Path | None:
     """The release diffusion VAE file of a ``diffusion_decoder`` location (the file itself, or a folder without
-    ``config.json`` holding one ``*.safetensors``: a converted folder's copy), else None (a diffusers folder)."""
+    ``config.json`` holding one ``*.safetensors`` whose metadata has a ``config``: a converted folder's copy), else
+    None (a diffusers folder, which needs its ``config.json``).
+
+    Raises:
+      CheckpointError: that file's header is unreadable.
+    """
+    from vidax.checkpoint.safetensors_io import SafetensorsFile
+
     if where.is_file():
         return where
-    if (where / "config.json").is_file():
+    if (where / "config.json").exists():
         return None
-    files = sorted(where.glob("*.safetensors"))
-    return files[0] if len(files) == 1 else None
+    files = sorted(where.glob("*.safetensors"))[:2]
+    if len(files) == 1 and files[0].is_file() and "config" in SafetensorsFile(files[0]).metadata:
+        return files[0]
+    return None
 
 
 def component_spec(name: str, config: dict) -> tuple[Any, Any, Any]:

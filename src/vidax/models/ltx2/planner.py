@@ -78,6 +78,7 @@ from vidax.models.ltx2.config import LTX2TransformerConfig
 from vidax.models.ltx2.connectors import ConnectorsConfig, connectors_specs
 from vidax.models.ltx2.diffusion_decoder import SCORE_BUDGET, LTX2DiffusionDecoderConfig, canvas_shape
 from vidax.models.ltx2.diffusion_decoder import diffusion_decoder_specs
+from vidax.models.ltx2.family import MAX_FRAMES, MAX_SIDE
 from vidax.models.ltx2.sharding import LTX2_RULES
 from vidax.models.ltx2.transformer import transformer_specs
 from vidax.models.ltx2.vae import LTX2VideoVAEConfig, vae_specs_and_rules
@@ -391,6 +392,9 @@ def plan_ltx2(model: LTX2Model | LTX2TransformerConfig, *, height: int = 704, wi
     if height % 32 or width % 32 or height <= 0 or width <= 0 or num_frames < 1 or (num_frames - 1) % 8:
         raise ValueError(f"height and width must be positive multiples of 32 and num_frames 8k + 1; got {height}x"
                          f"{width}, {num_frames} frames")
+    if max(height, width) > MAX_SIDE or num_frames > MAX_FRAMES:  # the family's bounds (vidax generate's)
+        raise ValueError(f"{height}x{width}, {num_frames} frames is beyond what the pipeline generates (height and "
+                         f"width up to {MAX_SIDE}, up to {MAX_FRAMES} frames)")
     if isinstance(model, LTX2TransformerConfig):
         model, first_device = dataclasses.replace(LTX2Model(), transformer=model), False
     if decoder not in ("conv", "diffusion"):
