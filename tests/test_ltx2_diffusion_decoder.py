@@ -372,3 +372,24 @@ def test_demo_folder_decoder_is_diffusers_layout(tmp_path):
     out = dd.decode(params, cfg, z, noise=noise, denormalize=False)
     assert out.shape == ref.shape == (1, 3, 17, 96, 96) and np.std(ref) > 0.1
     assert _rel(out, ref) < 1e-5
+
+
+def test_release_fixture_writer_inverts_the_release_reader(tmp_path):
+    """``write_release_diffusion_vae`` (upstream names, metadata architecture) loads to the parameters of the same
+    weights in diffusers' layout."""
+    from vidax.checkpoint.writer import save_component
+    from vidax.models.ltx2 import demo
+
+    path = demo.write_release_diffusion_vae(tmp_path / "vae.safetensors", seed=4)
+    ref_state = demo._diffusion_decoder_state_dict(np.random.default_rng(4))
+    save_component(tmp_path / "dif", "diffusion_pytorch_model.safetensors", ref_state, demo.DIFFUSION_DECODER_CONFIG)
+    release, rcfg = dd.load_release_diffusion_decoder(path)
+    ref, cfg = dd.load_diffusion_decoder(tmp_path / "dif")
+    assert rcfg == cfg
+    flat = dict(jax.tree_util.tree_flatten_with_path(ref)[0])
+    leaves = jax.tree_util.tree_flatten_with_path(release)[0]
+    assert len(leaves) == len(flat)
+    for path_, leaf in leaves:
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(flat[path_]), err_msg=str(path_))
+    with pytest.raises(FileExistsError):
+        demo.write_release_diffusion_vae(path)

@@ -389,8 +389,11 @@ def test_convert_gives_bit_identical_parameters(source, diffusers_folder, releas
 def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path, monkeypatch):
     """A release diffusion VAE file beside the model file, and a diffusers diffusion_decoder/ folder, are found,
     loaded by the diffusion decoder module's matching loader, and carried through vidax convert."""
+    from vidax.checkpoint.inspect import MISMATCH
     from vidax.models.ltx2 import diffusion_decoder
     from vidax.models.ltx2.convert import convert_checkpoint
+    from vidax.models.ltx2.demo import DIFFUSION_DECODER_CONFIG, write_demo_checkpoint, write_release_diffusion_vae
+    from vidax.models.ltx2.inspection import inspect_checkpoint
 
     # Which loader each location reaches (the loaders themselves: tests/test_ltx2_diffusion_decoder.py).
     calls = []
@@ -404,9 +407,9 @@ def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path,
     assert not resolve_checkpoint(rel).has_diffusion_decoder
     with pytest.raises(CheckpointError, match="no diffusion decoder"):
         resolve_checkpoint(rel).load("diffusion_decoder")
-    vae = {"_class_name": "CausalDiffusionVAE", "decoder": {"stage_channels": [16, 8]}}
-    save_file({"decoder.x": np.zeros(2, np.float32)}, rel / "ltx-2.5-diffusion-vae.safetensors",
-              metadata={"config": json.dumps({"vae": vae})})
+    broken = tmp_path / "broken"
+    shutil.copytree(release_folder, broken)
+    write_release_diffusion_vae(rel / "ltx-2.5-diffusion-vae.safetensors")
     ckpt = resolve_checkpoint(rel)
     assert ckpt.has_diffusion_decoder and ckpt.layout == "release"
     ckpt.load("diffusion_decoder")
@@ -417,8 +420,7 @@ def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path,
 
     dif = tmp_path / "diffusers"
     shutil.copytree(diffusers_folder, dif)
-    (dif / "diffusion_decoder").mkdir()
-    (dif / "diffusion_decoder" / "config.json").write_text("{}")
+    shutil.copytree(write_demo_checkpoint(tmp_path / "demo") / "diffusion_decoder", dif / "diffusion_decoder")
     assert resolve_checkpoint(dif).has_diffusion_decoder
     resolve_checkpoint(dif).load("diffusion_decoder")
     assert calls == [("release", "ltx-2.5-diffusion-vae.safetensors"), ("release", "ltx-2.5-diffusion-vae.safetensors"),
@@ -426,10 +428,26 @@ def test_diffusion_decoder_locations(release_folder, diffusers_folder, tmp_path,
     # the planner reads the decoder's architecture without its tensors (config.json, or the release file's metadata)
     from vidax.models.ltx2.planner import folder_architecture
 
-    assert folder_architecture(dif).diffusion_decoder == diffusion_decoder.LTX2DiffusionDecoderConfig()
+    want = diffusion_decoder.LTX2DiffusionDecoderConfig.from_dict(DIFFUSION_DECODER_CONFIG)
+    assert folder_architecture(dif).diffusion_decoder == want
+    assert folder_architecture(rel).diffusion_decoder == want
     assert folder_architecture(diffusers_folder).diffusion_decoder is None
+    # inspect checks the decoder's tensors against its configuration, as it checks every component
+    for folder in (rel, dif):
+        report = "\n".join(inspect_checkpoint(folder))
+        assert "diffusion_decoder: " in report and "diffusion VAE decoder, stage widths [64, 32, 16, 16, 8]" in report
+        assert MISMATCH not in report
+    # a release diffusion VAE file whose metadata states two widths for the default four upsamplers
+    vae = {"_class_name": "CausalDiffusionVAE", "decoder": {"stage_channels": [16, 8]}}
+    save_file({"decoder.x": np.zeros(2, np.float32)}, broken / "ltx-2.5-diffusion-vae.safetensors",
+              metadata={"config": json.dumps({"vae": vae})})
+    with pytest.raises(ValueError, match="ltx-2.5-diffusion-vae.safetensors: the metadata's config: .*"
+                                         "decoder_stage_channels has 2 entries"):
+        resolve_checkpoint(broken).diffusion_decoder_config()
+    assert any(line.startswith(f"diffusion_decoder: {MISMATCH}") for line in inspect_checkpoint(broken))
     with pytest.raises(ValueError, match="decoder_stage_channels has 2 entries"):
-        resolve_checkpoint(rel).diffusion_decoder_config()  # the file's two widths for the default four upsamplers
+        convert_checkpoint(broken, tmp_path / "not-written", dtype="float32")  # checked before anything is written
+    assert not (tmp_path / "not-written").exists()
 
 
 def test_untrusted_configuration_values_are_refused_before_loading():

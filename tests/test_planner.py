@@ -154,6 +154,9 @@ def test_cli_plan_prints_per_split_memory(tmp_path, capsys):
     data = json.loads((tmp_path / "plan.json").read_text())
     assert data["recommended"] is not None and len(data["estimates"]) == 5
     assert all(e["fits"] and e["peak_bytes"] > 0 for e in data["estimates"])
+    # --json naming a folder is refused before planning, naming the flag
+    assert main(["plan", "--preset", "wan2.1-t2v-1.3b-480p", "--json", str(tmp_path)]) == 2
+    assert f"--json {tmp_path} is a folder; pass a file path inside it" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -497,7 +497,7 @@ def _check_writable(path: Path, flag: str, mkdir: bool = True) -> None:
     """Raise ValueError naming ``flag`` and ``path`` unless a file can be written at ``path`` (its folder created
     first with ``mkdir``)."""
     if path.is_dir():
-        example = path / ("metrics.json" if flag == "--metrics-json" else "video.mp4")
+        example = path / {"--metrics-json": "metrics.json", "--json": "plan.json"}.get(flag, "video.mp4")
         raise ValueError(f"{flag} {path} is a folder; pass a file path inside it, e.g. {example}")
     parent = path.parent
     try:
@@ -592,6 +592,9 @@ def plan(args) -> int:
     from vidax.core.planner import Split, device_memory_bytes, format_bytes, host_memory_bytes
 
     devices = args.devices if args.devices is not None else jax.device_count()
+    json_path = Path(args.json).expanduser() if args.json else None
+    if json_path is not None:  # before planning: a path that cannot be written fails now, naming the flag
+        _check_writable(json_path, "--json")
     folder = Path(args.checkpoint).expanduser() if args.checkpoint else None
     cfg = fam.plan.architecture(preset, folder)
     chunks = args.chunks  # (parsed: a list, [] for 'none')
@@ -629,9 +632,10 @@ def plan(args) -> int:
                 "estimates": [{"split": vars(e.split), "peak_bytes": e.peak_bytes, "phases": e.phases,
                                "comm_bytes": e.comm_bytes, "transfer_bytes": e.transfer_bytes, "launches": e.launches,
                                "fits": e.fits, "error": e.error} for e in result.estimates]}
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2))
+        from vidax.core.files import staged
+
+        with staged(json_path) as (tmp,):
+            tmp.write_text(json.dumps(data, indent=2))
     return 0
 
 
@@ -678,8 +682,9 @@ def convert(args) -> int:
     sizes = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in s["bytes"].items())
     dtypes = ", ".join(f"{k} {v}" for k, v in s["dtypes"].items())
     variant = f" (variant {s['variant']})" if s.get("variant") else ""
+    copied = "".join(f"; {k} {v}" for k, v in s.items() if isinstance(v, str) and v.startswith("copied"))
     print(f"wrote {dst} ({fam.display}) from the {s['source_layout']} layout{variant} in {s['seconds']:.1f}s: "
-          f"{sizes}; dtypes: {dtypes}")
+          f"{sizes}; dtypes: {dtypes}{copied}")
     return 0
 
 

@@ -79,7 +79,8 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, dtype:
     sources = {n: ckpt.source(n) for n in names}  # every configuration checked before anything is written
     from vidax.checkpoint.loader import plan_load
 
-    for s in sources.values():
+    checks = list(sources.values()) + ([ckpt.source("diffusion_decoder")] if ckpt.has_diffusion_decoder else [])
+    for s in checks:  # (the diffusion decoder too, though it is copied as it is)
         plan_load(s.reader, s.keymap, s.specs, source=s.source)
     with assembled_folder(dst) as tmp:
         sizes = {}
@@ -103,6 +104,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, dtype:
             "source": str(Path(src).resolve()), "source_layout": ckpt.layout,
             "model_version": ".".join(map(str, ckpt.version)) or None,
             "dtypes": {n: dtypes[n].name for n in sources}, "bytes": sizes,
+            "diffusion_decoder": "copied unchanged" if ckpt.has_diffusion_decoder else None,
         }
         write_json(tmp / VIDAX_INDEX, summary)
     if not (Path(dst) / VIDAX_INDEX).is_file():

@@ -250,6 +250,58 @@ def _statistics(state: dict[str, np.ndarray], rng: np.random.Generator) -> dict[
     return state
 
 
+def _diffusion_decoder_state_dict(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return _statistics(_component("diffusion_decoder", DIFFUSION_DECODER_CONFIG, rng), rng)
+
+
+def write_release_diffusion_vae(path: str | Path, *, seed: int = 0) -> Path:
+    """Write the demo's diffusion decoder as Lightricks' release diffusion VAE file: upstream ``DiffusionVideoDecoder``
+    names (fused ``qkv``, ``proj``, ``q_norm`` / ``k_norm``, ``t_embedder.mlp``, ``per_channel_statistics``; no static
+    gates) and the architecture in the ``config`` metadata (``vae`` in upstream's keys), the inverse of
+    :class:`vidax.models.ltx2.diffusion_decoder.ReleaseDiffusionDecoderReader` and
+    :meth:`~vidax.models.ltx2.diffusion_decoder.LTX2DiffusionDecoderConfig.from_release`. A fixture of the release
+    layout, as the demo folder is one of diffusers'.
+
+    Returns:
+      the file. Raises: FileExistsError: ``path`` exists.
+    """
+    import json
+
+    from safetensors.numpy import save_file
+
+    from vidax.models.ltx2.diffusion_decoder import RELEASE_RENAMES
+
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; pass a new file name")
+    state = _diffusion_decoder_state_dict(np.random.default_rng(seed))
+    out = {"per_channel_statistics.mean-of-means": state.pop("latents_mean"),
+           "per_channel_statistics.std-of-means": state.pop("latents_std")}
+    for key, value in state.items():
+        name = key
+        for old, new in RELEASE_RENAMES:
+            name = name.replace(new, old)
+        if ".attn.to_k." in name or ".attn.to_v." in name:
+            continue
+        if ".attn.to_q." in name:
+            value = np.concatenate([value, state[key.replace("to_q", "to_k")], state[key.replace("to_q", "to_v")]])
+            name = name.replace(".to_q.", ".qkv.")
+        out[name] = value
+    c = DIFFUSION_DECODER_CONFIG
+    vae = {"_class_name": "CausalDiffusionVAE", "model_output_type": c["decoder_model_output_type"], "decoder": {
+        "in_channels": c["latent_channels"], "out_channels": c["out_channels"], "patch_size": c["patch_size"],
+        "head_dim": c["decoder_head_dim"], "stage_channels": c["decoder_stage_channels"],
+        "stage_depths": c["decoder_stage_depths"], "stage_kernels": c["decoder_stage_kernels"],
+        "upsamples": [[s, r] for s, r in zip(c["decoder_upsample_strides"], c["decoder_upsample_channel_reductions"])],
+        "stage5_kernel": c["decoder_stage5_kernel"], "t_emb_dim": c["decoder_t_emb_dim"],
+        "timestep_scale_multiplier": c["decoder_timestep_scale_multiplier"],
+        "default_num_inference_steps": c["decoder_num_inference_steps"]}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}, str(path),
+              metadata={"config": json.dumps({"vae": vae}), "model_version": "2.5.0"})
+    return path
+
+
 def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, distilled: bool = False,
                           transformer_overrides: dict | None = None, diffusion_decoder: bool = True) -> Path:
     """Write a tiny random-weight LTX-2.5 folder (see the module docstring).
@@ -286,9 +338,8 @@ def write_demo_checkpoint(folder: str | Path, *, seed: int = 0, distilled: bool 
     save_component(folder / "vocoder", "diffusion_pytorch_model.safetensors", _vocoder_state_dict(rng),
                    VOCODER_CONFIG)
     if diffusion_decoder:
-        config = DIFFUSION_DECODER_CONFIG
         save_component(folder / "diffusion_decoder", "diffusion_pytorch_model.safetensors",
-                       _statistics(_component("diffusion_decoder", config, rng), rng), config)
+                       _diffusion_decoder_state_dict(rng), DIFFUSION_DECODER_CONFIG)
     (folder / "scheduler").mkdir()
     write_json(folder / "scheduler" / "scheduler_config.json", scheduler_config(distilled))
     write_json(folder / "model_index.json", MODEL_INDEX)

@@ -35,6 +35,10 @@ def summary(name: str, cfg) -> str:
     if name == "vocoder":
         kind = "with bandwidth extension" if hasattr(cfg, "bwe") else "single stage"
         return f"vocoder ({kind}), {cfg.output_sampling_rate} Hz output"
+    if name == "diffusion_decoder":
+        return (f"diffusion VAE decoder, stage widths {list(cfg.decoder_stage_channels)}, "
+                f"{cfg.decoder_num_inference_steps} {cfg.decoder_model_output_type} step(s), "
+                f"{cfg.spatial_compression_ratio}x space, {cfg.temporal_compression_ratio}x time")
     return ""
 
 
@@ -60,9 +64,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> list[str]:
     if ckpt.weights is not None:
         lines.append(f"release file: {ckpt.weights}")
     for name in COMPONENTS:
-        if name == "diffusion_decoder":
-            if ckpt.has_diffusion_decoder:
-                lines.append(f"diffusion_decoder: {ckpt.folders['diffusion_decoder']} (read by the diffusion decoder)")
+        if name == "diffusion_decoder" and not ckpt.has_diffusion_decoder:
             continue
         if ckpt.layout != "release" and name not in ckpt.folders:
             lines.append(f"{name}: absent")

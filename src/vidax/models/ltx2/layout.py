@@ -198,7 +198,7 @@ class LTX2Checkpoint:
         if name not in COMPONENTS:
             raise ValueError(f"unknown LTX-2 component {name!r}; components: {', '.join(COMPONENTS)}")
         if name == "diffusion_decoder":
-            raise ValueError("the diffusion decoder is read by vidax.models.ltx2.diffusion_decoder, not by a key map")
+            return self._diffusion_decoder_source()
         if self.layout == RELEASE and name != "text_encoder":
             return release.release_source(self, name)
         if name not in self.folders:
@@ -222,6 +222,29 @@ class LTX2Checkpoint:
             reader, keymap = LayerTypeReader(reader, cfg, prefix), gemma_keymap(cfg, prefix)
         return ComponentSource(name, cfg, config, reader, keymap, specs, str(folder))
 
+    def _diffusion_decoder_location(self) -> Path:
+        if not self.has_diffusion_decoder:
+            raise CheckpointError(f"{self.folder}: this checkpoint has no diffusion decoder (no diffusion_decoder/ "
+                                  "folder, as diffusers' converter writes it with --diffusion_vae, and no release "
+                                  "diffusion VAE file beside the model)")
+        return self.folders["diffusion_decoder"]
+
+    def _diffusion_decoder_source(self) -> ComponentSource:
+        """The diffusion decoder's source: a diffusers folder under diffusers' names, or the release VAE file through
+        :class:`~vidax.models.ltx2.diffusion_decoder.ReleaseDiffusionDecoderReader` (``config``: empty; what
+        ``vidax inspect`` and ``vidax convert`` check)."""
+        from vidax.checkpoint.reader import CheckpointReader
+        from vidax.models.ltx2 import diffusion_decoder as dd
+
+        where = self._diffusion_decoder_location()
+        cfg = dd.read_config(where)
+        release_file = diffusion_decoder_file(where)
+        reader = CheckpointReader(release_file or where)
+        if release_file is not None:
+            reader = dd.ReleaseDiffusionDecoderReader(reader)
+        return ComponentSource("diffusion_decoder", cfg, {}, reader, dd.diffusion_decoder_keymap(cfg),
+                               dd.diffusion_decoder_specs(cfg), str(release_file or where))
+
     def load(self, name: str, dtype: Any = np.float32, **kw) -> tuple[Any, Any]:
         """Load component ``name`` strictly: ``(params, cfg)``.
 
@@ -239,11 +262,7 @@ class LTX2Checkpoint:
         if name == "diffusion_decoder":
             from vidax.models.ltx2 import diffusion_decoder
 
-            if not self.has_diffusion_decoder:
-                raise CheckpointError(f"{self.folder}: this checkpoint has no diffusion decoder (no "
-                                      "diffusion_decoder/ folder, as diffusers' converter writes it with "
-                                      "--diffusion_vae, and no release diffusion VAE file beside the model)")
-            where = self.folders["diffusion_decoder"]
+            where = self._diffusion_decoder_location()
             release_file = diffusion_decoder_file(where)
             if release_file is not None:  # Lightricks' diffusion VAE file (its config metadata)
                 return diffusion_decoder.load_release_diffusion_decoder(release_file, dtype, **kw)
