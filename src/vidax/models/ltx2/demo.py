@@ -205,13 +205,7 @@ def _component(name: str, config: dict, rng: np.random.Generator) -> dict[str, n
     from vidax.checkpoint.demo import random_params
     from vidax.models.ltx2.layout import component_spec
 
-    if name == "diffusion_decoder":
-        from vidax.models.ltx2 import diffusion_decoder as dd
-
-        cfg = dd.LTX2DiffusionDecoderConfig.from_dict(config)
-        specs, keymap = dd.diffusion_decoder_specs(cfg), dd.diffusion_decoder_keymap(cfg)
-    else:
-        _, specs, keymap = component_spec(name, config)
+    _, specs, keymap = component_spec(name, config)
     params = random_params(specs, rng)
     return to_state_dict(params, keymap, specs)
 

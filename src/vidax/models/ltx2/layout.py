@@ -339,6 +339,11 @@ def component_spec(name: str, config: dict) -> tuple[Any, Any, Any]:
         cfg = vocoder_config_from_dict(config)
         specs, keymap = vocoder_specs_and_rules(cfg)
         return cfg, specs, keymap
+    if name == "diffusion_decoder":
+        from vidax.models.ltx2 import diffusion_decoder as dd
+
+        cfg = dd.LTX2DiffusionDecoderConfig.from_dict(config)
+        return cfg, dd.diffusion_decoder_specs(cfg), dd.diffusion_decoder_keymap(cfg)
     raise ValueError(f"no key-mapped component {name!r}")
 
 
